@@ -1,0 +1,29 @@
+package locksmith
+
+import "errors"
+
+// Sentinel errors. Every error the package returns wraps at most a few of
+// these; match them with errors.Is, never with ==.
+var (
+	// ErrNotObtained means the lock is held by someone else and the retry
+	// strategy gave up or the caller's context ended while waiting. It is
+	// never returned for a Redis failure: an unreachable or failing Redis
+	// yields an error that does not match ErrNotObtained.
+	ErrNotObtained = errors.New("locksmith: not obtained")
+
+	// ErrNotHeld means the lock is no longer held by this handle: it expired,
+	// was deleted, was taken by another holder, or was already released.
+	// The call that returns it has not touched the key.
+	ErrNotHeld = errors.New("locksmith: lock not held")
+
+	// ErrLockLost is the cause of a lease context's cancellation when the
+	// lock was found gone or taken, or when its validity ran out locally
+	// before a renewal succeeded. WithLock returns an error matching it when
+	// the lock was lost while its function ran. Obtain returns it when the
+	// acquire reply arrived after the lock's validity had already run out.
+	ErrLockLost = errors.New("locksmith: lock lost")
+
+	// ErrInvalidArgument means a key, option or argument was rejected before
+	// anything was sent to Redis.
+	ErrInvalidArgument = errors.New("locksmith: invalid argument")
+)

@@ -1,0 +1,232 @@
+package locksmith
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+type lockContextKey struct{}
+
+// LockFromContext returns the lock whose lease ctx is (or derives from), as
+// passed by WithLock to its function, or nil when ctx carries no lock.
+func LockFromContext(ctx context.Context) *Lock {
+	lk, _ := ctx.Value(lockContextKey{}).(*Lock)
+	return lk
+}
+
+// leaseState is the part of a Lock that exists once Lease has been called.
+// Its fields are guarded by the Lock's mu.
+type leaseState struct {
+	// alive is cancelled when the lock ends: with a cause matching
+	// ErrLockLost when it is lost, with context.Canceled when released.
+	// Every lease context is cancelled with it.
+	alive    context.Context
+	endAlive context.CancelCauseFunc
+	// watchdog fires at the Deadline; if no refresh has moved the Deadline
+	// by then, the lock is lost, whatever the network is doing.
+	watchdog *time.Timer
+
+	// The running renewal, if any. parent is the context of the Lease
+	// call that started it, kept to restart renewal after a failed
+	// Release; the renewal stops when parent is done.
+	parent      context.Context
+	renewCancel context.CancelFunc // nil while no renewal runs
+	renewDone   chan struct{}      // closed when the renewal goroutine has returned
+	stopped     bool               // Release is in progress: start no renewal
+
+	lastErr error // the last renewal failure, reported if the validity runs out
+}
+
+// Lease starts renewing the lock in the background and returns a context
+// derived from ctx that carries the lock (see LockFromContext).
+//
+// The returned context is cancelled
+//   - with a cause matching ErrLockLost as soon as a renewal finds the lock
+//     gone or held by another owner, or when the Deadline passes without a
+//     successful renewal (failed renewals are retried until then), whatever
+//     the network does;
+//   - when the lock is released;
+//   - when ctx is done.
+//
+// The lock is renewed to its current TTL every third of the TTL, or as set
+// by WithRenewInterval. Renewal stops when ctx is done or the lock is
+// released or lost; Release stops it and waits for it before deleting the
+// lock, so no goroutine outlives the lock. Lease may be called more than
+// once: one renewal serves all the contexts it returns.
+func (lk *Lock) Lease(ctx context.Context) context.Context {
+	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockContextKey{}, lk))
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	switch {
+	case lk.released:
+		cancel(nil)
+		return lctx
+	case lk.lost != nil:
+		cancel(lk.lost)
+		return lctx
+	}
+	ls := lk.lease
+	if ls == nil {
+		ls = &leaseState{}
+		ls.alive, ls.endAlive = context.WithCancelCause(context.Background())
+		ls.watchdog = time.AfterFunc(time.Until(lk.deadline), lk.checkValidity)
+		lk.lease = ls
+	}
+	alive := ls.alive
+	unlink := context.AfterFunc(alive, func() { cancel(context.Cause(alive)) })
+	context.AfterFunc(lctx, func() { unlink() })
+	if ls.renewCancel == nil && !ls.stopped {
+		lk.startRenewalLocked(ctx)
+	}
+	return lctx
+}
+
+// startRenewalLocked starts the renewal goroutine. lk.mu must be held.
+func (lk *Lock) startRenewalLocked(parent context.Context) {
+	ls := lk.lease
+	rctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	ls.parent, ls.renewCancel, ls.renewDone = parent, cancel, done
+	go lk.renew(rctx, cancel, done, ls.alive)
+}
+
+// renew refreshes the lock every renewal interval until ctx is done or the
+// lock ends. A failed refresh is retried sooner; the watchdog, not this
+// loop, declares the lock lost when the failures last past the Deadline.
+func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan struct{}, alive context.Context) {
+	defer func() {
+		lk.mu.Lock()
+		if lk.lease.renewDone == done {
+			lk.lease.renewCancel, lk.lease.renewDone = nil, nil
+		}
+		lk.mu.Unlock()
+		cancel()
+		close(done)
+	}()
+	timer := time.NewTimer(lk.renewInterval())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-alive.Done():
+			return
+		case <-timer.C:
+		}
+		err := lk.renewOnce(ctx)
+		switch {
+		case err == nil:
+			timer.Reset(lk.renewInterval())
+		case errors.Is(err, ErrNotHeld):
+			lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.key))
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			lk.mu.Lock()
+			lk.lease.lastErr = err
+			lk.mu.Unlock()
+			timer.Reset(max(lk.renewInterval()/4, time.Millisecond))
+		}
+	}
+}
+
+// renewOnce refreshes the lock to its current TTL, giving up at the
+// Deadline, after which a refresh cannot save it.
+func (lk *Lock) renewOnce(ctx context.Context) error {
+	lk.mu.Lock()
+	ttl, deadline := lk.ttl, lk.deadline
+	lk.mu.Unlock()
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return lk.refresh(ctx, ttl, lk.cfg.driftFor(ttl))
+}
+
+func (lk *Lock) renewInterval() time.Duration {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.cfg.renewInterval(lk.ttl)
+}
+
+// checkValidity runs when the watchdog fires: it declares the lock lost if
+// the Deadline has passed, or waits for the Deadline a refresh has moved.
+func (lk *Lock) checkValidity() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.released || lk.lost != nil {
+		return
+	}
+	if left := time.Until(lk.deadline); left > 0 {
+		lk.lease.watchdog.Reset(left)
+		return
+	}
+	cause := fmt.Errorf("%w: the validity of %q ran out before a renewal succeeded", ErrLockLost, lk.key)
+	if lk.lease.lastErr != nil {
+		cause = fmt.Errorf("%w (last renewal error: %w)", cause, lk.lease.lastErr)
+	}
+	lk.loseLocked(cause)
+}
+
+// lose marks the lock lost with cause, unless it has already ended.
+func (lk *Lock) lose(cause error) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.released || lk.lost != nil {
+		return
+	}
+	lk.loseLocked(cause)
+}
+
+func (lk *Lock) loseLocked(cause error) {
+	lk.lost = cause
+	if ls := lk.lease; ls != nil {
+		ls.watchdog.Stop()
+		ls.endAlive(cause)
+	}
+}
+
+// end marks the lock released and cancels its lease contexts.
+func (lk *Lock) end() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.released = true
+	if ls := lk.lease; ls != nil {
+		ls.watchdog.Stop()
+		ls.endAlive(nil)
+	}
+}
+
+// stopRenewal stops the renewal goroutine, if one runs, and waits for it to
+// return. No renewal starts again until resumeRenewal.
+func (lk *Lock) stopRenewal() {
+	lk.mu.Lock()
+	ls := lk.lease
+	if ls == nil {
+		lk.mu.Unlock()
+		return
+	}
+	ls.stopped = true
+	cancel, done := ls.renewCancel, ls.renewDone
+	lk.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// resumeRenewal undoes stopRenewal after a failed Release: the lock may
+// still be held, so its leases go on renewing it.
+func (lk *Lock) resumeRenewal() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	ls := lk.lease
+	if ls == nil {
+		return
+	}
+	ls.stopped = false
+	if ls.renewCancel == nil && ls.parent != nil && ls.parent.Err() == nil && lk.lost == nil {
+		lk.startRenewalLocked(ls.parent)
+	}
+}

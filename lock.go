@@ -1,0 +1,411 @@
+package locksmith
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// maxCleanupWait bounds the calls that run after the caller's context may
+// have ended: the best-effort delete after a failed or abandoned Obtain and
+// the release at the end of WithLock.
+const maxCleanupWait = 5 * time.Second
+
+// A Locker hands out locks stored in one Redis deployment. It holds the
+// client and the default options; it keeps no per-lock state, so one Locker
+// can serve a whole process. A Locker is safe for concurrent use.
+type Locker struct {
+	client redis.UniversalClient
+	cfg    config
+	err    error // a bad client or default option given to New
+}
+
+// New returns a Locker that stores locks through client, with opts as the
+// defaults of every call. The client is used as it is: its timeouts, pool
+// and retry settings apply to every command the Locker sends.
+//
+// New never fails; a nil client or an invalid option makes every call on
+// the Locker return an error matching ErrInvalidArgument.
+func New(client redis.UniversalClient, opts ...Option) *Locker {
+	l := &Locker{client: client, cfg: defaultConfig()}
+	if isNil(client) {
+		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
+		return l
+	}
+	l.err = l.cfg.apply(opts)
+	return l
+}
+
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// callConfig resolves the options for one call on key.
+func (l *Locker) callConfig(key string, opts []Option) (config, error) {
+	if l.err != nil {
+		return config{}, l.err
+	}
+	if key == "" {
+		return config{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	}
+	cfg := l.cfg
+	if len(opts) > 0 {
+		if err := cfg.apply(opts); err != nil {
+			return config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// Obtain acquires the lock on key, stored in Redis at prefix+key with the
+// TTL from the options, and returns a handle to it.
+//
+// When someone else holds the lock, Obtain follows the retry strategy: with
+// the default, NoRetry, it returns an error matching ErrNotObtained at once;
+// otherwise it waits and tries again until it wins, the strategy gives up
+// (ErrNotObtained), or ctx ends (an error matching both ErrNotObtained and
+// ctx.Err()). It never waits longer than the holder's remaining TTL before
+// the next attempt.
+//
+// Any other failure, such as Redis being unreachable or answering an error,
+// is returned wrapped and does not match ErrNotObtained: the caller cannot
+// tell whether someone holds the lock and should not proceed as if it did.
+// If the reply to the acquire arrives after the lock's validity (TTL less
+// the drift allowance) has run out, Obtain deletes the lock and returns an
+// error matching ErrLockLost.
+//
+// Obtain leaves no lock behind when it fails: if the acquire may have
+// reached Redis (a timeout, a dropped connection, ctx cancelled mid-call),
+// it deletes the lock, if it is still its own, in a best-effort call bounded
+// in time.
+func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l.obtain(ctx, key, &cfg)
+}
+
+func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
+	rkey := cfg.prefix + key
+	var (
+		backoff Backoff
+		timer   *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil, notObtained(ctx, key)
+		}
+		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
+		if lk != nil || err != nil {
+			return lk, err
+		}
+		if backoff == nil {
+			if backoff = cfg.retry.NewBackoff(); backoff == nil {
+				backoff = noRetry{}
+			}
+		}
+		delay, ok := backoff.Next()
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
+		}
+		// A holder that crashed releases nothing: try again when its TTL
+		// runs out rather than at the end of a longer backoff.
+		if holderTTL >= 0 && holderTTL+time.Millisecond < delay {
+			delay = holderTTL + time.Millisecond
+		}
+		delay = max(delay, 0)
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, notObtained(ctx, key)
+		case <-timer.C:
+		}
+	}
+}
+
+func notObtained(ctx context.Context, key string) error {
+	return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, ctx.Err())
+}
+
+// tryObtain makes one attempt. It returns the lock, or the holder's
+// remaining TTL (negative when unknown) when someone else holds it, or an
+// error for anything else.
+func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (*Lock, time.Duration, error) {
+	token := uuid.NewString()
+	start := time.Now()
+	res, err := obtainScript.Run(ctx, l.client, []string{rkey}, token, cfg.ttl.Milliseconds()).Int64()
+	if err != nil {
+		if mayHaveLanded(err) {
+			deleteIfOwned(ctx, l.client, rkey, token)
+		}
+		return nil, 0, fmt.Errorf("locksmith: obtain %q: %w", key, err)
+	}
+	if res < 0 {
+		return nil, time.Duration(-2-res) * time.Millisecond, nil
+	}
+	lk := &Lock{
+		client:   l.client,
+		key:      key,
+		rkey:     rkey,
+		token:    token,
+		cfg:      *cfg,
+		ttl:      cfg.ttl,
+		deadline: start.Add(cfg.ttl - cfg.driftFor(cfg.ttl)),
+	}
+	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
+		deleteIfOwned(ctx, l.client, rkey, token)
+		return nil, 0, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
+			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
+	}
+	if ctx.Err() != nil {
+		deleteIfOwned(ctx, l.client, rkey, token)
+		return nil, 0, notObtained(ctx, key)
+	}
+	return lk, 0, nil
+}
+
+// mayHaveLanded reports whether a command that failed with err may still
+// have been executed by the server. An error reply from Redis means the
+// script did not take the lock; anything else (timeouts, dropped
+// connections, cancellation) leaves it unknown.
+func mayHaveLanded(err error) bool {
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
+
+// deleteIfOwned removes the lock at rkey if it holds token, on a context
+// that outlives the caller's cancellation but is bounded in time. Its error
+// is dropped: the lock expires with its TTL anyway.
+func deleteIfOwned(ctx context.Context, client redis.UniversalClient, rkey, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
+	defer cancel()
+	_ = releaseScript.Run(ctx, client, []string{rkey}, token).Err()
+}
+
+// WithLock obtains the lock on key (following the options, retry strategy
+// included), runs fn with a lease context that renews the lock in the
+// background, and releases the lock when fn returns or panics. A panic is
+// passed on after the release.
+//
+// fn must stop its work when its context is done: the context is cancelled,
+// with a cause matching ErrLockLost, as soon as the lock is found lost.
+// Inside fn, LockFromContext returns the lock.
+//
+// WithLock returns the error from Obtain if the lock was not obtained, and
+// otherwise fn's error. If the lock was lost while fn ran, the result
+// matches ErrLockLost even when fn returned nil. The release runs on a
+// context that ignores the cancellation of ctx but is bounded in time; if it
+// fails, its error is joined to the result.
+func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	lk, err := l.Obtain(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// This also runs while a panic from fn unwinds; the panic then
+		// continues with its original stack.
+		lost := lk.lostCause()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(lk.cfg.ttl, maxCleanupWait))
+		relErr := lk.Release(rctx)
+		cancel()
+		switch {
+		case lost != nil:
+			if !errors.Is(err, ErrLockLost) {
+				err = errors.Join(err, lost)
+			}
+		case errors.Is(relErr, ErrNotHeld):
+			// Neither the lease nor fn noticed, but the lock was gone
+			// before the release: it expired or was taken while fn ran.
+			err = errors.Join(err, fmt.Errorf("%w: %w", ErrLockLost, relErr))
+		case relErr != nil:
+			err = errors.Join(err, relErr)
+		}
+	}()
+	return fn(lk.Lease(ctx))
+}
+
+// A Lock is a handle to one acquisition of a lock. Its methods are safe for
+// concurrent use. A handle never affects a lock it does not hold: once the
+// key expires or holds another token, every method that would touch it
+// returns an error matching ErrNotHeld instead.
+type Lock struct {
+	client redis.UniversalClient
+	key    string // as the caller gave it
+	rkey   string // prefix+key
+	token  string
+	cfg    config
+
+	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
+
+	mu       sync.Mutex    // guards the fields below
+	ttl      time.Duration // the TTL of the last successful acquire or refresh
+	deadline time.Time     // local end of validity: see Deadline
+	released bool          // Release has deleted the key or found it gone
+	lost     error         // why the lock was lost; nil while it is not
+	lease    *leaseState   // nil until the first Lease call
+}
+
+// Key returns the key as given to Obtain, without the prefix.
+func (lk *Lock) Key() string { return lk.key }
+
+// Token returns the random value that identifies this acquisition; the
+// lock's Redis key holds it while this handle owns the lock.
+func (lk *Lock) Token() string { return lk.token }
+
+// Deadline returns the local, conservative end of the lock's validity: the
+// time taken just before the acquire (or the last successful refresh) was
+// sent, plus the TTL, minus the drift allowance. Until then no other client
+// can hold the lock, as long as the holder's and the server's clocks drift
+// apart by less than the allowance and the server does not lose the key (a
+// restart without persistence, a failover). Past it the holder must assume
+// it has lost the lock.
+func (lk *Lock) Deadline() time.Time {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.deadline
+}
+
+// TTL returns the lock's remaining time to live, as the server counts it.
+// It returns an error matching ErrNotHeld when the lock has expired, was
+// released, or is held by someone else; other errors mean Redis could not
+// answer. A negative result means the key has no expiry, which only happens
+// when something outside this package removed it.
+func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if lk.isReleased() {
+		return 0, lk.notHeld()
+	}
+	res, err := pttlScript.Run(ctx, lk.client, []string{lk.rkey}, lk.token).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.key, err)
+	}
+	if res == pttlNotHeld {
+		return 0, lk.notHeld()
+	}
+	return time.Duration(res) * time.Millisecond, nil
+}
+
+// Refresh resets the lock's time to live to ttl, if the lock is still held
+// by this handle, and moves the Deadline accordingly; later lease renewals
+// use the new TTL. ttl must be at least 1ms.
+//
+// It returns an error matching ErrNotHeld, and changes nothing, when the
+// lock has expired, was released or lost, or is held by someone else. Other
+// errors mean Redis could not answer; the lock then keeps its old TTL
+// (unless the refresh landed), and the caller may try again before the
+// Deadline.
+func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	ttl, err := checkTTL(ttl)
+	if err != nil {
+		return err
+	}
+	drift := lk.cfg.driftFor(ttl)
+	if drift >= ttl {
+		return fmt.Errorf("%w: drift allowance %v must be shorter than the TTL %v", ErrInvalidArgument, drift, ttl)
+	}
+	return lk.refresh(ctx, ttl, drift)
+}
+
+func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
+	if err := lk.heldLocally(); err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := refreshScript.Run(ctx, lk.client, []string{lk.rkey}, lk.token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("locksmith: refresh %q: %w", lk.key, err)
+	}
+	if res == 0 {
+		return lk.notHeld()
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.lost != nil {
+		// The validity ran out while the refresh was in flight; the lease
+		// has already told its users, so the handle stays lost.
+		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
+	}
+	lk.ttl = ttl
+	lk.deadline = start.Add(ttl - drift)
+	return nil
+}
+
+// Release deletes the lock if this handle still holds it, after stopping
+// and waiting for any lease renewal. Lease contexts are cancelled once the
+// lock is released.
+//
+// It returns an error matching ErrNotHeld when the lock had already expired
+// or been taken (nothing is deleted then) and on every call after a
+// successful one. Other errors mean Redis could not answer: the lock may
+// still exist until its TTL runs out, and the caller may call Release again.
+func (lk *Lock) Release(ctx context.Context) error {
+	lk.releaseMu.Lock()
+	defer lk.releaseMu.Unlock()
+	if lk.isReleased() {
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.key)
+	}
+	lk.stopRenewal()
+	res, err := releaseScript.Run(ctx, lk.client, []string{lk.rkey}, lk.token).Int64()
+	if err != nil {
+		lk.resumeRenewal()
+		return fmt.Errorf("locksmith: release %q: %w", lk.key, err)
+	}
+	lk.end()
+	if res == 0 {
+		return lk.notHeld()
+	}
+	return nil
+}
+
+func (lk *Lock) isReleased() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.released
+}
+
+// heldLocally returns an error matching ErrNotHeld when the handle itself
+// knows the lock is gone, so that no command needs to be sent.
+func (lk *Lock) heldLocally() error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	switch {
+	case lk.released:
+		return fmt.Errorf("%w: %q was released", ErrNotHeld, lk.key)
+	case lk.lost != nil:
+		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
+	}
+	return nil
+}
+
+func (lk *Lock) notHeld() error {
+	return fmt.Errorf("%w: %q expired or is held by another owner", ErrNotHeld, lk.key)
+}
+
+// lostCause returns why the lock was lost, or nil.
+func (lk *Lock) lostCause() error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.lost
+}

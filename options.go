@@ -1,0 +1,159 @@
+package locksmith
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultTTL is the lock TTL used when no WithTTL option is given. It bounds
+// how long a holder that crashed without releasing blocks everyone else.
+const DefaultTTL = 10 * time.Second
+
+// An Option configures a Locker or a single call. Given to New it sets the
+// Locker's default; given to Obtain or WithLock it overrides that default for
+// the one call. Options are applied in order, so a later one wins.
+//
+// An invalid option is never silently clamped: the call that uses it returns
+// an error matching ErrInvalidArgument and sends nothing to Redis.
+type Option interface {
+	apply(*config) error
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// config is the resolved set of options for one call. It is copied by value
+// from the Locker's defaults, so applying per-call options never changes the
+// Locker.
+type config struct {
+	ttl    time.Duration // whole milliseconds, at least 1 ms
+	retry  RetryStrategy // never nil
+	prefix string
+
+	// renewEvery is the lease renewal period; zero means ttl/3.
+	renewEvery time.Duration
+	// drift is the clock-drift allowance subtracted from the TTL when the
+	// client computes how long the lock is valid; negative means the
+	// default, ttl/100 + 2ms (at most half the TTL).
+	drift time.Duration
+}
+
+func defaultConfig() config {
+	return config{ttl: DefaultTTL, retry: NoRetry(), drift: -1}
+}
+
+// apply applies opts to c and checks the result as a whole.
+func (c *config) apply(opts []Option) error {
+	for i, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: option %d is nil", ErrInvalidArgument, i)
+		}
+		if err := o.apply(c); err != nil {
+			return err
+		}
+	}
+	if c.renewEvery >= c.ttl {
+		return fmt.Errorf("%w: renew interval %v must be shorter than the TTL %v", ErrInvalidArgument, c.renewEvery, c.ttl)
+	}
+	if c.drift >= c.ttl {
+		return fmt.Errorf("%w: drift allowance %v must be shorter than the TTL %v", ErrInvalidArgument, c.drift, c.ttl)
+	}
+	return nil
+}
+
+// renewInterval returns how often a lease renews a lock of the given TTL.
+func (c *config) renewInterval(ttl time.Duration) time.Duration {
+	if c.renewEvery > 0 {
+		return c.renewEvery
+	}
+	return ttl / 3
+}
+
+// driftFor returns the drift allowance for a lock of the given TTL.
+func (c *config) driftFor(ttl time.Duration) time.Duration {
+	if c.drift >= 0 {
+		return c.drift
+	}
+	return min(ttl/100+2*time.Millisecond, ttl/2)
+}
+
+// checkTTL validates a TTL given by the caller. Redis counts TTLs in whole
+// milliseconds, so sub-millisecond parts are dropped (making the lock
+// slightly shorter, never longer, than asked).
+func checkTTL(d time.Duration) (time.Duration, error) {
+	if d < time.Millisecond {
+		return 0, fmt.Errorf("%w: TTL %v is under 1ms", ErrInvalidArgument, d)
+	}
+	return d.Truncate(time.Millisecond), nil
+}
+
+// WithTTL sets how long the lock lives in Redis without a refresh. It must
+// be at least 1ms; sub-millisecond parts are dropped. The default is
+// DefaultTTL. A holder that crashes blocks others for at most this long, and
+// work that outlives it without a Lease may run concurrently with the next
+// holder's.
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		ttl, err := checkTTL(d)
+		if err != nil {
+			return err
+		}
+		c.ttl = ttl
+		return nil
+	})
+}
+
+// WithRetry sets what Obtain does when the lock is held by someone else.
+// The default, NoRetry, fails at once with ErrNotObtained.
+func WithRetry(s RetryStrategy) Option {
+	return optionFunc(func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: retry strategy is nil", ErrInvalidArgument)
+		}
+		if v, ok := s.(interface{ validate() error }); ok {
+			if err := v.validate(); err != nil {
+				return err
+			}
+		}
+		c.retry = s
+		return nil
+	})
+}
+
+// WithPrefix sets a prefix prepended to every key: the lock for key k lives
+// in Redis at prefix+k. The default prefix is empty.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) error {
+		c.prefix = prefix
+		return nil
+	})
+}
+
+// WithRenewInterval sets how often a Lease renews the lock. It must be
+// positive and shorter than the TTL; the default is a third of the TTL, which
+// leaves two more attempts before the lock expires when one renewal fails.
+func WithRenewInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalidArgument, d)
+		}
+		c.renewEvery = d
+		return nil
+	})
+}
+
+// WithDrift sets the clock-drift allowance: how much shorter than the TTL
+// the client considers the lock valid, to cover the difference between the
+// client's and the server's clocks. The default is TTL/100 + 2ms, but at
+// most half the TTL. It must not be negative and must be shorter than the
+// TTL.
+func WithDrift(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: drift allowance %v is negative", ErrInvalidArgument, d)
+		}
+		c.drift = d
+		return nil
+	})
+}
