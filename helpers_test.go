@@ -1,0 +1,225 @@
+package locksmith_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the tests that stop Redis cause
+	// many on purpose.
+	redis.SetLogger(quietLogger{})
+	code := m.Run()
+	redistest.StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// A backend is a Redis the behaviour tests run against: an in-process
+// miniredis, or a real redis-server started by the tests.
+type backend struct {
+	name string
+	// client returns a new client with its own connection pool, closed
+	// when the test ends. hooks are added to it.
+	client func(t *testing.T, hooks ...redis.Hook) *redis.Client
+	// elapse makes d pass on the server's clock: instantly on miniredis,
+	// by sleeping on a real server.
+	elapse func(t *testing.T, d time.Duration)
+}
+
+// eachBackend runs fn as a subtest on miniredis and on a real redis-server.
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		m.ClockTTL(true)
+		fn(t, backend{
+			name: "miniredis",
+			client: func(t *testing.T, hooks ...redis.Hook) *redis.Client {
+				return newClient(t, &redis.Options{Addr: m.Addr()}, hooks)
+			},
+			elapse: func(t *testing.T, d time.Duration) { m.FastForward(d) },
+		})
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Shared(t)
+		fn(t, backend{
+			name: "redis",
+			client: func(t *testing.T, hooks ...redis.Hook) *redis.Client {
+				return newClient(t, srv.Options(), hooks)
+			},
+			elapse: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+		})
+	})
+}
+
+func newClient(t *testing.T, opt *redis.Options, hooks []redis.Hook) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(opt)
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// warmUp loads the package's scripts into the server's cache, so that
+// counted calls see the steady state (EVALSHA answered without a NOSCRIPT
+// fallback to EVAL).
+func warmUp(t *testing.T, l *locksmith.Locker) {
+	t.Helper()
+	ctx := t.Context()
+	lk, err := l.Obtain(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatalf("warm-up Obtain: %v", err)
+	}
+	if err := lk.Refresh(ctx, time.Minute); err != nil {
+		t.Fatalf("warm-up Refresh: %v", err)
+	}
+	if _, err := lk.TTL(ctx); err != nil {
+		t.Fatalf("warm-up TTL: %v", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("warm-up Release: %v", err)
+	}
+}
+
+var keySeq atomic.Int64
+
+// uniqueKey returns a key no other test uses, even on a shared server.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("test:%s:%d:%d", t.Name(), time.Now().UnixNano(), keySeq.Add(1))
+}
+
+// counter is a hook that counts the commands a client sends, by name.
+type counter struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *counter) record(cmd redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.names = append(c.names, strings.ToLower(cmd.Name()))
+}
+
+// reset forgets the commands counted so far.
+func (c *counter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.names = nil
+}
+
+// count returns how many commands were sent; hello and client setinfo
+// sent by go-redis when it connects are not counted.
+func (c *counter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, name := range c.names {
+		if name != "hello" && name != "client" {
+			n++
+		}
+	}
+	return n
+}
+
+// fault is a hook that injects failures into script calls.
+type fault struct {
+	// failScripts makes every EVALSHA or EVAL fail with a network-like
+	// error before anything is sent.
+	failScripts atomic.Bool
+	// loseReply sends script calls but replaces their reply with a
+	// network-like error, as when a connection drops after the request
+	// went out.
+	loseReply atomic.Bool
+	// resend sends each script call twice and keeps the second reply, as
+	// a client does when it retries a command whose reply it lost.
+	resend atomic.Bool
+}
+
+var errInjected = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("injected fault")}
+
+func (f *fault) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *fault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := strings.ToLower(cmd.Name())
+		if name != "evalsha" && name != "eval" {
+			return next(ctx, cmd)
+		}
+		switch {
+		case f.failScripts.Load():
+			cmd.SetErr(errInjected)
+			return errInjected
+		case f.loseReply.Load():
+			_ = next(ctx, cmd)
+			cmd.SetErr(errInjected)
+			return errInjected
+		case f.resend.Load():
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			return next(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (f *fault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// eventually fails t unless cond becomes true within d, polling.
+func eventually(t *testing.T, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: "+msg, append([]any{d}, args...)...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,285 @@
+// Package redistest starts private redis-server processes for tests: each
+// on a free loopback port, in its own temporary directory, without
+// persistence, stopped when the test (or the test binary) is done.
+//
+// When redis-server is not on PATH the tests that need it are skipped with
+// a loud message, unless the environment variable named by RequireEnv is
+// set to a non-empty value other than "0", in which case they fail.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RequireEnv names the environment variable that turns a missing
+// redis-server from a skip into a failure. CI sets it.
+const RequireEnv = "LOCKSMITH_REQUIRE_REDIS"
+
+// startTimeout bounds how long a server may take to answer its first PING.
+const startTimeout = 10 * time.Second
+
+// A Server is one redis-server process started by Start.
+type Server struct {
+	// Addr is the server's host:port on 127.0.0.1.
+	Addr string
+
+	dir  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd  // nil while stopped
+	waitCh chan error // receives the exit of cmd
+}
+
+// Required reports whether RequireEnv asks for a real Redis.
+func Required() bool {
+	v := os.Getenv(RequireEnv)
+	return v != "" && v != "0"
+}
+
+// Require skips t, or fails it when Required, unless redis-server is on
+// PATH.
+func Require(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		msg := fmt.Sprintf("\n*** redis-server not found on PATH: SKIPPING %s, which needs a real Redis.\n"+
+			"*** Install it (apt-get install redis-server) or set %s=1 to make this a failure. ***", t.Name(), RequireEnv)
+		if Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// New starts a server for t and stops it when t ends. extra are further
+// redis-server arguments, such as "--maxmemory", "1mb".
+func New(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	Require(t)
+	s, err := Start(t.TempDir(), extra...)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+var shared struct {
+	once sync.Once
+	dir  string
+	srv  *Server
+	err  error
+}
+
+// Shared returns a server started once per test binary for the tests that
+// need no server of their own; they must use keys of their own. Call
+// StopShared from TestMain after m.Run.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	Require(t)
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "redistest-shared-")
+		if shared.err == nil {
+			shared.srv, shared.err = Start(shared.dir)
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("redistest: shared server: %v", shared.err)
+	}
+	return shared.srv
+}
+
+// StopShared stops the server Shared started, if any, and removes its files.
+func StopShared() {
+	if shared.srv != nil {
+		shared.srv.Stop()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+}
+
+// Start starts a redis-server whose files live in dir. It tries a few free
+// ports in case another process takes the one it picked first.
+func Start(dir string, extra ...string) (*Server, error) {
+	var errs []error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--dir", dir,
+			"--save", "",
+			"--appendonly", "no",
+			"--protected-mode", "no",
+			"--enable-debug-command", "local",
+			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
+		}, extra...)
+		if err := s.Start(); err == nil {
+			return s, nil
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// Start (re)starts a stopped server on its address, empty.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("already running")
+	}
+	cmd := exec.Command("redis-server", s.args...)
+	// Never leave a server behind if the test binary dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := waitReady(s.Addr, exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("redis-server on %s: %w (log: %s)", s.Addr, err, s.logTail())
+	}
+	s.cmd = cmd
+	// The waiting goroutine is reaped by Stop or Kill through wait.
+	s.waitCh = exited
+	return nil
+}
+
+// Stop terminates the server and waits for it. It is safe to call on a
+// stopped server.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+// Kill kills the server with SIGKILL, as a crash would, and waits for it.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.waitCh:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.waitCh
+	}
+	s.cmd, s.waitCh = nil, nil
+}
+
+// Restart stops the server and starts it again, empty, on the same address.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.Start()
+}
+
+// Pid returns the server's process id, or 0 while it is stopped.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Client returns a new client of the server, closed when t ends. Each call
+// opens its own connection pool.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(s.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Options returns client options for the server.
+func (s *Server) Options() *redis.Options {
+	return &redis.Options{Addr: s.Addr, Protocol: 2}
+}
+
+func (s *Server) logTail() string {
+	matches, _ := filepath.Glob(filepath.Join(s.dir, "redis-*.log"))
+	var b strings.Builder
+	for _, m := range matches {
+		data, _ := os.ReadFile(m)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) > 5 {
+			lines = lines[len(lines)-5:]
+		}
+		b.WriteString(strings.Join(lines, " | "))
+	}
+	return b.String()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady polls addr with PING until it answers PONG, the process exits,
+// or startTimeout passes.
+func waitReady(addr string, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		if ping(addr) == nil {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("exited before answering: %v", err)
+		case <-ctx.Done():
+			return errors.New("no answer to PING")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}

@@ -1,0 +1,567 @@
+package locksmith_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+func TestObtainRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		cnt := &counter{}
+		l := locksmith.New(b.client(t, cnt), locksmith.WithPrefix("app:"), locksmith.WithTTL(time.Second))
+		key := uniqueKey(t)
+		warmUp(t, l)
+		cnt.reset()
+
+		before := time.Now()
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, 1, cnt.count(), "Obtain must be one request")
+		require.Equal(t, key, lk.Key())
+		require.Len(t, lk.Token(), 36, "token is a UUID")
+
+		got, err := raw.Get(ctx, "app:"+key).Result()
+		require.NoError(t, err)
+		require.Equal(t, lk.Token(), got, "the lock lives at prefix+key and holds the token")
+		require.Zero(t, raw.Exists(ctx, key).Val(), "nothing at the unprefixed key")
+
+		ttl, err := lk.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, ttl, time.Duration(0))
+		require.LessOrEqual(t, ttl, time.Second)
+
+		// The deadline is the TTL less the drift allowance, counted
+		// from before the request was sent.
+		require.WithinRange(t, lk.Deadline(), before.Add(time.Second-12*time.Millisecond), time.Now().Add(time.Second-12*time.Millisecond))
+
+		n := cnt.count()
+		require.NoError(t, lk.Release(ctx))
+		require.Equal(t, n+1, cnt.count(), "Release must be one request")
+		require.Zero(t, raw.Exists(ctx, "app:"+key).Val())
+
+		n = cnt.count()
+		require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld, "second Release")
+		require.ErrorIs(t, lk.Refresh(ctx, time.Second), locksmith.ErrNotHeld)
+		_, err = lk.TTL(ctx)
+		require.ErrorIs(t, err, locksmith.ErrNotHeld)
+		require.Equal(t, n, cnt.count(), "a released handle sends nothing")
+	})
+}
+
+func TestObtainHeldTryOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		key := uniqueKey(t)
+		holder := locksmith.New(b.client(t))
+		lk, err := holder.Obtain(ctx, key)
+		require.NoError(t, err)
+		defer lk.Release(ctx)
+
+		cnt := &counter{}
+		other := locksmith.New(b.client(t, cnt))
+		warmUp(t, other)
+		cnt.reset()
+		_, err = other.Obtain(ctx, key)
+		require.ErrorIs(t, err, locksmith.ErrNotObtained)
+		require.Equal(t, 1, cnt.count(), "NoRetry tries exactly once")
+		require.NoError(t, other.WithLock(ctx, key+":other", func(context.Context) error { return nil }))
+	})
+}
+
+func TestObtainRetryWinsAfterRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		key := uniqueKey(t)
+		l := locksmith.New(b.client(t), locksmith.WithTTL(10*time.Second))
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+
+		released := make(chan struct{})
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			if err := lk.Release(context.Background()); err != nil {
+				t.Errorf("release: %v", err)
+			}
+			close(released)
+		}()
+		waiter, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
+		require.NoError(t, err)
+		<-released
+		require.NoError(t, waiter.Release(ctx))
+	})
+}
+
+// countingStrategy records, per Obtain call, how many retries its strategy
+// granted.
+type countingStrategy struct {
+	s       locksmith.RetryStrategy
+	mu      sync.Mutex
+	granted []*int
+}
+
+func (c *countingStrategy) NewBackoff() locksmith.Backoff {
+	n := new(int)
+	c.mu.Lock()
+	c.granted = append(c.granted, n)
+	c.mu.Unlock()
+	return &countingBackoff{b: c.s.NewBackoff(), n: n}
+}
+
+type countingBackoff struct {
+	b locksmith.Backoff
+	n *int
+}
+
+func (c *countingBackoff) Next() (time.Duration, bool) {
+	d, ok := c.b.Next()
+	if ok {
+		*c.n++
+	}
+	return d, ok
+}
+
+func TestRetryGivesUpAndBudgetsArePerCall(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		key := uniqueKey(t)
+		l := locksmith.New(b.client(t))
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		defer lk.Release(ctx)
+
+		// One strategy value shared by every goroutine and call.
+		shared := locksmith.LimitRetry(locksmith.LinearBackoff(time.Millisecond), 3)
+		cs := &countingStrategy{s: shared}
+		cnt := &counter{}
+		other := locksmith.New(b.client(t, cnt), locksmith.WithRetry(cs))
+		warmUp(t, locksmith.New(b.client(t)))
+		const callers = 8
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := other.Obtain(ctx, key)
+				if !errors.Is(err, locksmith.ErrNotObtained) {
+					t.Errorf("Obtain = %v, want ErrNotObtained", err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, cs.granted, callers)
+		for i, n := range cs.granted {
+			require.Equal(t, 3, *n, "call %d got its own budget of 3 retries", i)
+		}
+		require.Equal(t, callers*4, cnt.count(), "each call tries once plus 3 retries")
+	})
+}
+
+func TestObtainContextEndsWhileWaiting(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		key := uniqueKey(t)
+		l := locksmith.New(b.client(t))
+		lk, err := l.Obtain(t.Context(), key)
+		require.NoError(t, err)
+		defer lk.Release(t.Context())
+
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		_, err = l.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		require.ErrorIs(t, err, locksmith.ErrNotObtained)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		// A context that is already done sends nothing.
+		cnt := &counter{}
+		done, cancel2 := context.WithCancel(t.Context())
+		cancel2()
+		_, err = locksmith.New(b.client(t, cnt)).Obtain(done, uniqueKey(t))
+		require.ErrorIs(t, err, locksmith.ErrNotObtained)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Zero(t, cnt.count())
+	})
+}
+
+func TestWaiterWakesWhenCrashedHoldersTTLRunsOut(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		key := uniqueKey(t)
+		raw := b.client(t)
+		// A holder that crashed: its key stays until the TTL runs out.
+		require.NoError(t, raw.Set(ctx, key, "crashed-holder", 150*time.Millisecond).Err())
+
+		// The backoff alone would make the waiter sleep for an hour; the
+		// holder's remaining TTL, reported by the failed attempt, wakes it.
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		lk, err := locksmith.New(b.client(t)).Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+func TestExpiryThenTakeover(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		key := uniqueKey(t)
+		raw := b.client(t)
+		old, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(100*time.Millisecond))
+		require.NoError(t, err)
+
+		b.elapse(t, 150*time.Millisecond)
+		_, err = old.TTL(ctx)
+		require.ErrorIs(t, err, locksmith.ErrNotHeld, "TTL of an expired lock")
+
+		newer, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+
+		require.ErrorIs(t, old.Refresh(ctx, time.Hour), locksmith.ErrNotHeld)
+		_, err = old.TTL(ctx)
+		require.ErrorIs(t, err, locksmith.ErrNotHeld)
+		require.ErrorIs(t, old.Release(ctx), locksmith.ErrNotHeld)
+
+		// The new holder's key is untouched: same token, TTL not
+		// extended to an hour by the old handle's Refresh.
+		require.Equal(t, newer.Token(), raw.Get(ctx, key).Val())
+		ttl, err := newer.TTL(ctx)
+		require.NoError(t, err)
+		require.LessOrEqual(t, ttl, time.Minute)
+		require.NoError(t, newer.Release(ctx))
+	})
+}
+
+func TestRefresh(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		lk, err := locksmith.New(b.client(t)).Obtain(ctx, uniqueKey(t), locksmith.WithTTL(200*time.Millisecond))
+		require.NoError(t, err)
+		defer lk.Release(ctx)
+		first := lk.Deadline()
+
+		b.elapse(t, 100*time.Millisecond)
+		require.NoError(t, lk.Refresh(ctx, time.Minute))
+		ttl, err := lk.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, ttl, 50*time.Second)
+		require.True(t, lk.Deadline().After(first.Add(50*time.Second)), "Refresh moves the deadline")
+
+		// Still held after the original TTL.
+		b.elapse(t, 300*time.Millisecond)
+		_, err = lk.TTL(ctx)
+		require.NoError(t, err)
+	})
+}
+
+func TestContentionNoOverlap(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		key := uniqueKey(t)
+		// Two Lockers on separate connection pools, as two processes.
+		lockers := []*locksmith.Locker{
+			locksmith.New(b.client(t), locksmith.WithTTL(5*time.Second)),
+			locksmith.New(b.client(t), locksmith.WithTTL(5*time.Second)),
+		}
+		const perLocker, rounds = 8, 15
+		var (
+			inside, overlaps, acquired atomic.Int64
+			wg                         sync.WaitGroup
+		)
+		for _, l := range lockers {
+			for range perLocker {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						err := l.WithLock(ctx, key, func(context.Context) error {
+							if inside.Add(1) != 1 {
+								overlaps.Add(1)
+							}
+							acquired.Add(1)
+							time.Sleep(100 * time.Microsecond)
+							inside.Add(-1)
+							return nil
+						}, locksmith.WithRetry(locksmith.ExponentialBackoff(time.Millisecond, 4*time.Millisecond)))
+						if err != nil {
+							t.Errorf("WithLock: %v", err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		require.Zero(t, overlaps.Load(), "two holders inside the critical section at once")
+		require.Equal(t, int64(len(lockers)*perLocker*rounds), acquired.Load())
+	})
+}
+
+func TestScriptCacheFlushed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		l := locksmith.New(b.client(t), locksmith.WithTTL(time.Second))
+		flush := func() { require.NoError(t, raw.ScriptFlush(ctx).Err()) }
+
+		flush()
+		lk, err := l.Obtain(ctx, uniqueKey(t))
+		require.NoError(t, err)
+		flush()
+		require.NoError(t, lk.Refresh(ctx, 2*time.Second))
+		flush()
+		_, err = lk.TTL(ctx)
+		require.NoError(t, err)
+		flush()
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+func TestRedisUnreachableIsNotNotObtained(t *testing.T) {
+	// A port nothing listens on.
+	m := miniredis.RunT(t)
+	addr := m.Addr()
+	m.Close()
+	c := newClient(t, &redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond}, nil)
+	l := locksmith.New(c)
+
+	for _, opts := range [][]locksmith.Option{
+		nil,
+		{locksmith.WithRetry(locksmith.LinearBackoff(time.Millisecond))},
+	} {
+		_, err := l.Obtain(t.Context(), "down", opts...)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained, "a Redis failure is not 'held elsewhere'")
+		require.NotErrorIs(t, err, locksmith.ErrInvalidArgument)
+
+		ran := false
+		err = l.WithLock(t.Context(), "down", func(context.Context) error { ran = true; return nil }, opts...)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		require.False(t, ran, "fail closed: fn must not run")
+	}
+}
+
+func TestRedisDownWhileHeld(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := t.Context()
+	c := newClient(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1}, nil)
+	l := locksmith.New(c, locksmith.WithTTL(time.Second))
+	lk, err := l.Obtain(ctx, uniqueKey(t))
+	require.NoError(t, err)
+
+	srv.Stop()
+	err = lk.Release(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotHeld, "an unanswered Release is not 'not held'")
+	err = lk.Refresh(ctx, time.Second)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotHeld)
+	_, err = l.Obtain(ctx, uniqueKey(t))
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+
+	// Back up, empty: the failed Release left the handle usable, and the
+	// lock is gone with the restart.
+	require.NoError(t, srv.Start())
+	require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld)
+}
+
+func TestRedisErrorReplyIsNotNotObtained(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		// The key holds a hash, so the script's GET fails with WRONGTYPE.
+		require.NoError(t, raw.HSet(ctx, key, "f", "v").Err())
+		_, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Millisecond)))
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		var rerr redis.Error
+		require.ErrorAs(t, err, &rerr, "the Redis error is wrapped")
+	})
+}
+
+func TestObtainReplyLostLeavesNoLock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		f := &fault{}
+		l := locksmith.New(b.client(t, f))
+
+		// The acquire lands but its reply is lost, as when ctx is cancelled
+		// or the connection drops mid-call: Obtain must clean up.
+		f.loseReply.Store(true)
+		_, err := l.Obtain(ctx, key)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		f.loseReply.Store(false)
+		// The cleanup ran through the same faulty client; check what the
+		// server holds now.
+		require.Zero(t, raw.Exists(ctx, key).Val(), "no lock left behind")
+	})
+}
+
+func TestObtainCancelledMidCallLeavesNoLock(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := t.Context()
+	raw := srv.Client(t)
+	key := uniqueKey(t)
+	// The server sleeps through the call; the client gives up when ctx
+	// ends, after the acquire was sent.
+	c := newClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1}, nil)
+	l := locksmith.New(c)
+	// Load the script first so the call in flight is the acquire itself.
+	lk, err := l.Obtain(ctx, uniqueKey(t))
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+
+	sleeping := make(chan error, 1)
+	go func() { sleeping <- raw.Do(ctx, "DEBUG", "SLEEP", "0.3").Err() }()
+	time.Sleep(50 * time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = l.Obtain(cctx, key)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+	require.NoError(t, <-sleeping)
+	eventually(t, 5*time.Second, func() bool { return raw.Exists(ctx, key).Val() == 0 }, "lock left behind after a cancelled Obtain")
+}
+
+func TestResentAcquireIsNotReportedAsHeld(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		f := &fault{}
+		l := locksmith.New(b.client(t, f))
+		// A client that resends the acquire after losing its reply must
+		// not be told that it lost to itself.
+		f.resend.Store(true)
+		lk, err := l.Obtain(ctx, uniqueKey(t))
+		f.resend.Store(false)
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+func TestConcurrentReleaseOfOneHandle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		lk, err := locksmith.New(b.client(t)).Obtain(ctx, key)
+		require.NoError(t, err)
+		lctx := lk.Lease(ctx)
+
+		var ok, notHeld atomic.Int64
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch err := lk.Release(ctx); {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, locksmith.ErrNotHeld):
+					notHeld.Add(1)
+				default:
+					t.Errorf("Release: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int64(1), ok.Load())
+		require.Equal(t, int64(15), notHeld.Load())
+		require.Zero(t, raw.Exists(ctx, key).Val())
+		<-lctx.Done()
+		require.NotErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
+	})
+}
+
+func TestBadInputSendsNothing(t *testing.T) {
+	m := miniredis.RunT(t)
+	cnt := &counter{}
+	c := newClient(t, &redis.Options{Addr: m.Addr()}, []redis.Hook{cnt})
+	ctx := t.Context()
+	good := locksmith.New(c)
+	fn := func(context.Context) error { return nil }
+
+	cases := []struct {
+		name string
+		l    *locksmith.Locker
+		key  string
+		opts []locksmith.Option
+	}{
+		{"empty key", good, "", nil},
+		{"zero TTL", good, "k", []locksmith.Option{locksmith.WithTTL(0)}},
+		{"negative TTL", good, "k", []locksmith.Option{locksmith.WithTTL(-time.Second)}},
+		{"TTL under 1ms", good, "k", []locksmith.Option{locksmith.WithTTL(999 * time.Microsecond)}},
+		{"nil option", good, "k", []locksmith.Option{nil}},
+		{"nil retry", good, "k", []locksmith.Option{locksmith.WithRetry(nil)}},
+		{"zero linear", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LinearBackoff(0))}},
+		{"negative linear", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LinearBackoff(-time.Second))}},
+		{"exponential min zero", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.ExponentialBackoff(0, time.Second))}},
+		{"exponential max below min", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.ExponentialBackoff(time.Second, time.Millisecond))}},
+		{"limit of nil", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LimitRetry(nil, 3))}},
+		{"negative limit", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LimitRetry(locksmith.NoRetry(), -1))}},
+		{"limit of bad strategy", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(0), 3))}},
+		{"zero renew interval", good, "k", []locksmith.Option{locksmith.WithRenewInterval(0)}},
+		{"renew interval not under TTL", good, "k", []locksmith.Option{locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(time.Second)}},
+		{"TTL shortened below renew interval", good, "k", []locksmith.Option{locksmith.WithRenewInterval(time.Second), locksmith.WithTTL(500 * time.Millisecond)}},
+		{"negative drift", good, "k", []locksmith.Option{locksmith.WithDrift(-time.Millisecond)}},
+		{"drift not under TTL", good, "k", []locksmith.Option{locksmith.WithTTL(time.Second), locksmith.WithDrift(time.Second)}},
+		{"nil client", locksmith.New(nil), "k", nil},
+		{"typed nil client", locksmith.New((*redis.Client)(nil)), "k", nil},
+		{"bad default", locksmith.New(c, locksmith.WithTTL(0)), "k", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.l.Obtain(ctx, tc.key, tc.opts...)
+			require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+			require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+			err = tc.l.WithLock(ctx, tc.key, fn, tc.opts...)
+			require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+			require.Zero(t, cnt.count(), "bad input must send nothing")
+		})
+	}
+
+	t.Run("nil fn", func(t *testing.T) {
+		require.ErrorIs(t, good.WithLock(ctx, "k", nil), locksmith.ErrInvalidArgument)
+		require.Zero(t, cnt.count())
+	})
+	t.Run("bad refresh TTL", func(t *testing.T) {
+		lk, err := good.Obtain(ctx, "k")
+		require.NoError(t, err)
+		n := cnt.count()
+		for _, ttl := range []time.Duration{0, -time.Second, time.Microsecond} {
+			require.ErrorIs(t, lk.Refresh(ctx, ttl), locksmith.ErrInvalidArgument)
+		}
+		// An explicit drift allowance must stay under the refreshed TTL.
+		lk2, err := good.Obtain(ctx, "k2", locksmith.WithDrift(50*time.Millisecond))
+		require.NoError(t, err)
+		n = cnt.count()
+		require.ErrorIs(t, lk2.Refresh(ctx, 50*time.Millisecond), locksmith.ErrInvalidArgument)
+		require.Equal(t, n, cnt.count())
+		require.NoError(t, lk.Release(ctx))
+		require.NoError(t, lk2.Release(ctx))
+	})
+}
+
+func TestTTLTruncatedToMilliseconds(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := newClient(t, &redis.Options{Addr: m.Addr()}, nil)
+	lk, err := locksmith.New(c).Obtain(t.Context(), "k", locksmith.WithTTL(1500*time.Microsecond+time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1001*time.Millisecond, m.TTL("k"))
+	require.NoError(t, lk.Release(t.Context()))
+}
