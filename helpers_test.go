@@ -178,6 +178,9 @@ type fault struct {
 	// resend sends each script call twice and keeps the second reply, as
 	// a client does when it retries a command whose reply it lost.
 	resend atomic.Bool
+	// slowReply delays the reply of every script call by this many
+	// nanoseconds, after the server has executed it.
+	slowReply atomic.Int64
 }
 
 var errInjected = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("injected fault")}
@@ -189,6 +192,9 @@ func (f *fault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		name := strings.ToLower(cmd.Name())
 		if name != "evalsha" && name != "eval" {
 			return next(ctx, cmd)
+		}
+		if d := time.Duration(f.slowReply.Load()); d > 0 {
+			defer time.Sleep(d)
 		}
 		switch {
 		case f.failScripts.Load():

@@ -439,6 +439,25 @@ func TestObtainCancelledMidCallLeavesNoLock(t *testing.T) {
 	eventually(t, 5*time.Second, func() bool { return raw.Exists(ctx, key).Val() == 0 }, "lock left behind after a cancelled Obtain")
 }
 
+func TestObtainReplyAfterValidityIsNotSuccess(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		f := &fault{}
+		l := locksmith.New(b.client(t, f))
+		warmUp(t, l)
+		// The lock lives 2s on the server, but the client counts it valid
+		// for 2s - 1.9s = 100ms; the reply arrives after 200ms.
+		f.slowReply.Store(int64(200 * time.Millisecond))
+		_, err := l.Obtain(ctx, key, locksmith.WithTTL(2*time.Second), locksmith.WithDrift(1900*time.Millisecond))
+		f.slowReply.Store(0)
+		require.ErrorIs(t, err, locksmith.ErrLockLost)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		require.Zero(t, raw.Exists(ctx, key).Val(), "the late lock was not deleted")
+	})
+}
+
 func TestResentAcquireIsNotReportedAsHeld(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
