@@ -36,6 +36,10 @@ type leaseState struct {
 	renewDone   chan struct{}      // closed when the renewal goroutine has returned
 	stopped     bool               // Release is in progress: start no renewal
 
+	// reschedule wakes the renewal loop when Refresh changes the TTL, so
+	// that it renews on the new schedule. It has room for one signal.
+	reschedule chan struct{}
+
 	lastErr error // the last renewal failure, reported if the validity runs out
 }
 
@@ -69,7 +73,7 @@ func (lk *Lock) Lease(ctx context.Context) context.Context {
 	}
 	ls := lk.lease
 	if ls == nil {
-		ls = &leaseState{}
+		ls = &leaseState{reschedule: make(chan struct{}, 1)}
 		ls.alive, ls.endAlive = context.WithCancelCause(context.Background())
 		ls.watchdog = time.AfterFunc(time.Until(lk.deadline), lk.checkValidity)
 		lk.lease = ls
@@ -89,13 +93,28 @@ func (lk *Lock) startRenewalLocked(parent context.Context) {
 	rctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
 	ls.parent, ls.renewCancel, ls.renewDone = parent, cancel, done
-	go lk.renew(rctx, cancel, done, ls.alive)
+	go lk.renew(rctx, cancel, done, ls.alive, ls.reschedule)
+}
+
+// rescheduleLocked makes the lease follow a TTL changed by Refresh: the
+// watchdog fires at the new Deadline if that is earlier, and the renewal
+// loop starts a new interval. lk.mu must be held.
+func (lk *Lock) rescheduleLocked() {
+	ls := lk.lease
+	if ls == nil {
+		return
+	}
+	ls.watchdog.Reset(time.Until(lk.deadline))
+	select {
+	case ls.reschedule <- struct{}{}:
+	default:
+	}
 }
 
 // renew refreshes the lock every renewal interval until ctx is done or the
 // lock ends. A failed refresh is retried sooner; the watchdog, not this
 // loop, declares the lock lost when the failures last past the Deadline.
-func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan struct{}, alive context.Context) {
+func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan struct{}, alive context.Context, reschedule <-chan struct{}) {
 	defer func() {
 		lk.mu.Lock()
 		if lk.lease.renewDone == done {
@@ -113,6 +132,9 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 			return
 		case <-alive.Done():
 			return
+		case <-reschedule:
+			timer.Reset(lk.renewInterval())
+			continue
 		case <-timer.C:
 		}
 		err := lk.renewOnce(ctx)

@@ -375,3 +375,46 @@ func TestWithLockReportsLoss(t *testing.T) {
 		})
 	})
 }
+
+func TestLeaseFollowsShorterRefresh(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		t.Run("renews on the new schedule", func(t *testing.T) {
+			ctx := t.Context()
+			raw := b.client(t)
+			key := uniqueKey(t)
+			lk, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(3*time.Second))
+			require.NoError(t, err)
+			lctx := lk.Lease(ctx)
+			require.NoError(t, lk.Refresh(ctx, 300*time.Millisecond))
+			// Past the new TTL, well before the first renewal of the old
+			// schedule (at 1s).
+			time.Sleep(700 * time.Millisecond)
+			require.NoError(t, lctx.Err())
+			require.Equal(t, lk.Token(), raw.Get(ctx, key).Val(), "the lock expired on the new TTL")
+			require.NoError(t, lk.Release(ctx))
+		})
+		t.Run("ends by the new deadline", func(t *testing.T) {
+			ctx := t.Context()
+			f := &fault{}
+			lk, err := locksmith.New(b.client(t, f)).Obtain(ctx, uniqueKey(t), locksmith.WithTTL(5*time.Second))
+			require.NoError(t, err)
+			lctx := lk.Lease(ctx)
+			at := doneAt(lctx)
+			require.NoError(t, lk.Refresh(ctx, 300*time.Millisecond))
+			f.failScripts.Store(true)
+			<-lctx.Done()
+			require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
+			require.WithinDuration(t, lk.Deadline(), at(), 250*time.Millisecond)
+			f.failScripts.Store(false)
+			_ = lk.Release(ctx)
+		})
+		t.Run("rejects a TTL under the renew interval", func(t *testing.T) {
+			ctx := t.Context()
+			lk, err := locksmith.New(b.client(t)).Obtain(ctx, uniqueKey(t),
+				locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(200*time.Millisecond))
+			require.NoError(t, err)
+			require.ErrorIs(t, lk.Refresh(ctx, 200*time.Millisecond), locksmith.ErrInvalidArgument)
+			require.NoError(t, lk.Release(ctx))
+		})
+	})
+}

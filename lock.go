@@ -74,8 +74,8 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 // the default, NoRetry, it returns an error matching ErrNotObtained at once;
 // otherwise it waits and tries again until it wins, the strategy gives up
 // (ErrNotObtained), or ctx ends (an error matching both ErrNotObtained and
-// ctx.Err()). It never waits longer than the holder's remaining TTL before
-// the next attempt.
+// ctx.Err()), also when ctx ends while a request is in flight. It never
+// waits longer than the holder's remaining TTL before the next attempt.
 //
 // Any other failure, such as Redis being unreachable or answering an error,
 // is returned wrapped and does not match ErrNotObtained: the caller cannot
@@ -157,6 +157,11 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 	if err != nil {
 		if mayHaveLanded(err) {
 			deleteIfOwned(ctx, l.client, rkey, token)
+		}
+		if ctx.Err() != nil {
+			// The caller gave up mid-call: report it as such, whatever
+			// the client made of the interrupted command.
+			return nil, 0, notObtained(ctx, key)
 		}
 		return nil, 0, fmt.Errorf("locksmith: obtain %q: %w", key, err)
 	}
@@ -325,6 +330,9 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if drift >= ttl {
 		return fmt.Errorf("%w: drift allowance %v must be shorter than the TTL %v", ErrInvalidArgument, drift, ttl)
 	}
+	if every := lk.cfg.renewEvery; every >= ttl {
+		return fmt.Errorf("%w: renew interval %v must be shorter than the TTL %v", ErrInvalidArgument, every, ttl)
+	}
 	return lk.refresh(ctx, ttl, drift)
 }
 
@@ -347,8 +355,11 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 		// has already told its users, so the handle stays lost.
 		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
 	}
-	lk.ttl = ttl
 	lk.deadline = start.Add(ttl - drift)
+	if ttl != lk.ttl {
+		lk.ttl = ttl
+		lk.rescheduleLocked()
+	}
 	return nil
 }
 

@@ -1,0 +1,73 @@
+// Package locksmith provides distributed locks stored in Redis, so that of
+// several processes only one does a piece of work at a time: one of five
+// servers runs the nightly report, one worker at a time changes an order.
+//
+// # The recipe
+//
+// A lock is a Redis key holding a random token that identifies one
+// acquisition. Obtain creates the key with SET NX PX, so it succeeds only
+// when the key is absent and the key expires by itself after the TTL.
+// Release deletes the key only if it still holds the caller's token
+// (compare-and-delete), and Refresh resets its TTL only if it still holds
+// the token (compare-and-pexpire). Each step is a Lua script run in one
+// round trip, so a holder whose lock has expired can never delete or extend
+// the next holder's lock, and a holder that crashes blocks the others for at
+// most one TTL.
+//
+// # Lockers and locks
+//
+// A Locker, made by New, wraps a go-redis client and the default options; it
+// is safe for concurrent use and one can serve a whole process. Its Obtain
+// method returns a Lock, the handle to one acquisition, with Release,
+// Refresh, TTL and Deadline. WithLock does the common case in one call: it
+// obtains the lock, runs a function under a lease, and releases the lock
+// when the function returns.
+//
+//	locker := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+//	err := locker.WithLock(ctx, "report:2026-11-30", func(ctx context.Context) error {
+//		return buildReport(ctx) // must stop when ctx is done
+//	}, locksmith.WithTTL(30*time.Second))
+//	switch {
+//	case errors.Is(err, locksmith.ErrNotObtained):
+//		// Another process holds the lock: skip the job.
+//	case err != nil:
+//		return err // Redis trouble, the job failed, or the lock was lost
+//	}
+//
+// By default Obtain tries once; WithRetry sets a RetryStrategy to wait for
+// the lock instead, and the caller's context bounds the wait.
+//
+// # Leases
+//
+// Work that may outlast the TTL runs under a lease: Lock.Lease renews the
+// lock in the background, every third of the TTL by default, and returns a
+// context that is cancelled with the cause ErrLockLost as soon as a renewal
+// finds the lock gone or taken, or the lock's Deadline passes without a
+// successful renewal. WithLock gives such a context to its function, and
+// LockFromContext returns the Lock from it. Check context.Cause to tell a
+// lost lock from an ordinary cancellation.
+//
+// # Errors
+//
+// Errors wrap the sentinels ErrNotObtained, ErrNotHeld, ErrLockLost and
+// ErrInvalidArgument; match them with errors.Is, never with ==.
+// ErrNotObtained means someone else holds the lock. Apart from
+// ErrInvalidArgument, any other error from Obtain means Redis did not
+// answer, or not in time, so nobody knows whether the lock is free: the
+// caller decides, on purpose, whether to skip the work (fail closed) or do
+// it without the lock (fail open).
+//
+// # Guarantees and limits
+//
+// With a single Redis server that keeps its data, at most one Lock holds a
+// key at a time, and its holder may rely on it until Lock.Deadline: the TTL
+// minus a drift allowance (TTL/100 + 2ms by default) that covers clocks
+// running at slightly different rates. The package cannot protect against a
+// holder that is paused (by GC, SIGSTOP or an overloaded host) past its
+// Deadline: it cannot observe the loss in time and may act while the next
+// holder does. Nor does a lock survive a Redis restart without persistence,
+// an eviction, or a failover to a replica that had not yet received the key.
+// A lock therefore reduces concurrent work; it does not make work run
+// exactly once. Make the protected work idempotent, for example by recording
+// each job's completion under a unique job id.
+package locksmith
