@@ -5,10 +5,11 @@ import "errors"
 // Sentinel errors. Every error the package returns wraps at most a few of
 // these; match them with errors.Is, never with ==.
 var (
-	// ErrNotObtained means the lock is held by someone else and the retry
-	// strategy gave up or the caller's context ended while waiting. It is
-	// never returned for a Redis failure: an unreachable or failing Redis
-	// yields an error that does not match ErrNotObtained.
+	// ErrNotObtained means the lock was not obtained because someone else
+	// holds it and the retry strategy gave up, or because the caller's
+	// context ended; in the second case the error also matches ctx.Err().
+	// It is never returned for a Redis failure: an unreachable or failing
+	// Redis yields an error that does not match ErrNotObtained.
 	ErrNotObtained = errors.New("locksmith: not obtained")
 
 	// ErrNotHeld means the lock is no longer held by this handle: it expired,

@@ -31,7 +31,9 @@ type Locker struct {
 // and retry settings apply to every command the Locker sends.
 //
 // New never fails; a nil client or an invalid option makes every call on
-// the Locker return an error matching ErrInvalidArgument.
+// the Locker return an error matching ErrInvalidArgument. The options given
+// to New are checked together, against the package defaults, so an
+// invalid default cannot be mended by a per-call option.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	l := &Locker{client: client, cfg: defaultConfig()}
 	if isNil(client) {

@@ -79,7 +79,12 @@ type exponentialState struct {
 func (b *exponentialState) Next() (time.Duration, bool) {
 	ceil := b.next
 	if b.next < b.s.max {
-		b.next = min(b.next*2, b.s.max)
+		// Doubling past half the maximum would overflow a huge max.
+		if b.next > b.s.max/2 {
+			b.next = b.s.max
+		} else {
+			b.next *= 2
+		}
 	}
 	// Equal jitter: half fixed, half random, and never below the minimum,
 	// so that waiters that started together spread out.
