@@ -21,9 +21,9 @@ const maxCleanupWait = 5 * time.Second
 // client and the default options; it keeps no per-lock state, so one Locker
 // can serve a whole process. A Locker is safe for concurrent use.
 type Locker struct {
-	client redis.UniversalClient
-	cfg    config
-	err    error // a bad client or default option given to New
+	store store
+	cfg   config
+	err   error // a bad client or default option given to New
 }
 
 // New returns a Locker that stores locks through client, with opts as the
@@ -35,7 +35,7 @@ type Locker struct {
 // to New are checked together, against the package defaults, so an
 // invalid default cannot be mended by a per-call option.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{client: client, cfg: defaultConfig()}
+	l := &Locker{store: scriptStore{client: client}, cfg: defaultConfig()}
 	if isNil(client) {
 		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
 		return l
@@ -155,10 +155,10 @@ func notObtained(ctx context.Context, key string) error {
 func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (*Lock, time.Duration, error) {
 	token := uuid.NewString()
 	start := time.Now()
-	res, err := obtainScript.Run(ctx, l.client, []string{rkey}, token, cfg.ttl.Milliseconds()).Int64()
+	ok, holderTTL, err := l.store.acquire(ctx, rkey, token, cfg.ttl)
 	if err != nil {
 		if mayHaveLanded(err) {
-			deleteIfOwned(ctx, l.client, rkey, token)
+			deleteIfOwned(ctx, l.store, rkey, token)
 		}
 		if ctx.Err() != nil {
 			// The caller gave up mid-call: report it as such, whatever
@@ -167,11 +167,11 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 		}
 		return nil, 0, fmt.Errorf("locksmith: obtain %q: %w", key, err)
 	}
-	if res < 0 {
-		return nil, time.Duration(-2-res) * time.Millisecond, nil
+	if !ok {
+		return nil, holderTTL, nil
 	}
 	lk := &Lock{
-		client:   l.client,
+		store:    l.store,
 		key:      key,
 		rkey:     rkey,
 		token:    token,
@@ -180,12 +180,12 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 		deadline: start.Add(cfg.ttl - cfg.driftFor(cfg.ttl)),
 	}
 	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
-		deleteIfOwned(ctx, l.client, rkey, token)
+		deleteIfOwned(ctx, l.store, rkey, token)
 		return nil, 0, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
 			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
 	}
 	if ctx.Err() != nil {
-		deleteIfOwned(ctx, l.client, rkey, token)
+		deleteIfOwned(ctx, l.store, rkey, token)
 		return nil, 0, notObtained(ctx, key)
 	}
 	return lk, 0, nil
@@ -203,10 +203,10 @@ func mayHaveLanded(err error) bool {
 // deleteIfOwned removes the lock at rkey if it holds token, on a context
 // that outlives the caller's cancellation but is bounded in time. Its error
 // is dropped: the lock expires with its TTL anyway.
-func deleteIfOwned(ctx context.Context, client redis.UniversalClient, rkey, token string) {
+func deleteIfOwned(ctx context.Context, s store, rkey, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
 	defer cancel()
-	_ = releaseScript.Run(ctx, client, []string{rkey}, token).Err()
+	_, _ = s.release(ctx, rkey, token)
 }
 
 // WithLock obtains the lock on key (following the options, retry strategy
@@ -259,11 +259,11 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 // key expires or holds another token, every method that would touch it
 // returns an error matching ErrNotHeld instead.
 type Lock struct {
-	client redis.UniversalClient
-	key    string // as the caller gave it
-	rkey   string // prefix+key
-	token  string
-	cfg    config
+	store store
+	key   string // as the caller gave it
+	rkey  string // prefix+key
+	token string
+	cfg   config
 
 	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
 
@@ -304,14 +304,14 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if lk.isReleased() {
 		return 0, lk.notHeld()
 	}
-	res, err := pttlScript.Run(ctx, lk.client, []string{lk.rkey}, lk.token).Int64()
+	ttl, held, err := lk.store.pttl(ctx, lk.rkey, lk.token)
 	if err != nil {
 		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.key, err)
 	}
-	if res == pttlNotHeld {
+	if !held {
 		return 0, lk.notHeld()
 	}
-	return time.Duration(res) * time.Millisecond, nil
+	return ttl, nil
 }
 
 // Refresh resets the lock's time to live to ttl, if the lock is still held
@@ -343,11 +343,11 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	res, err := refreshScript.Run(ctx, lk.client, []string{lk.rkey}, lk.token, ttl.Milliseconds()).Int64()
+	ok, err := lk.store.refresh(ctx, lk.rkey, lk.token, ttl)
 	if err != nil {
 		return fmt.Errorf("locksmith: refresh %q: %w", lk.key, err)
 	}
-	if res == 0 {
+	if !ok {
 		return lk.notHeld()
 	}
 	lk.mu.Lock()
@@ -380,13 +380,13 @@ func (lk *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.key)
 	}
 	lk.stopRenewal()
-	res, err := releaseScript.Run(ctx, lk.client, []string{lk.rkey}, lk.token).Int64()
+	ok, err := lk.store.release(ctx, lk.rkey, lk.token)
 	if err != nil {
 		lk.resumeRenewal()
 		return fmt.Errorf("locksmith: release %q: %w", lk.key, err)
 	}
 	lk.end()
-	if res == 0 {
+	if !ok {
 		return lk.notHeld()
 	}
 	return nil

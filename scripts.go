@@ -1,7 +1,9 @@
 package locksmith
 
 import (
+	"context"
 	_ "embed"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,3 +32,58 @@ var (
 
 // pttlNotHeld is what pttl.lua returns when the caller does not hold the lock.
 const pttlNotHeld = -3
+
+// A store runs the lock primitives against one Redis deployment. Each
+// method touches one lock key in one round trip (two when the server first
+// answers NOSCRIPT), and reports a Redis failure as an error, never as the
+// lock being held or not held. It is the seam behind which other
+// deployments (a quorum of independent servers) can stand.
+type store interface {
+	// acquire sets rkey to token with the TTL if rkey is free or already
+	// holds token. Otherwise it reports the holder's remaining TTL, which
+	// is negative when the key has no expiry.
+	acquire(ctx context.Context, rkey, token string, ttl time.Duration) (ok bool, holderTTL time.Duration, err error)
+	// release deletes rkey if it holds token, and reports whether it did.
+	release(ctx context.Context, rkey, token string) (bool, error)
+	// refresh sets rkey's TTL if it holds token, and reports whether it did.
+	refresh(ctx context.Context, rkey, token string, ttl time.Duration) (bool, error)
+	// pttl returns rkey's remaining TTL if it holds token.
+	pttl(ctx context.Context, rkey, token string) (ttl time.Duration, held bool, err error)
+}
+
+// scriptStore is the store of a single Redis server, Sentinel group or
+// cluster, reached through one go-redis client.
+type scriptStore struct {
+	client redis.UniversalClient
+}
+
+var _ store = scriptStore{}
+
+func (s scriptStore) acquire(ctx context.Context, rkey, token string, ttl time.Duration) (bool, time.Duration, error) {
+	res, err := obtainScript.Run(ctx, s.client, []string{rkey}, token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, 0, err
+	}
+	if res < 0 {
+		return false, time.Duration(-2-res) * time.Millisecond, nil
+	}
+	return true, 0, nil
+}
+
+func (s scriptStore) release(ctx context.Context, rkey, token string) (bool, error) {
+	res, err := releaseScript.Run(ctx, s.client, []string{rkey}, token).Int64()
+	return res == 1, err
+}
+
+func (s scriptStore) refresh(ctx context.Context, rkey, token string, ttl time.Duration) (bool, error) {
+	res, err := refreshScript.Run(ctx, s.client, []string{rkey}, token, ttl.Milliseconds()).Int64()
+	return res == 1, err
+}
+
+func (s scriptStore) pttl(ctx context.Context, rkey, token string) (time.Duration, bool, error) {
+	res, err := pttlScript.Run(ctx, s.client, []string{rkey}, token).Int64()
+	if err != nil || res == pttlNotHeld {
+		return 0, false, err
+	}
+	return time.Duration(res) * time.Millisecond, true, nil
+}
