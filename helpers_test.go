@@ -27,12 +27,25 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	redistest.StopShared()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := findLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// findLeaks reports goroutines left running. A Locker's pub/sub
+// dispatcher stops by itself about a second after its last waiter, so
+// goroutines get a few seconds to finish.
+func findLeaks() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := goleak.Find()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
 }
 
 type quietLogger struct{}

@@ -18,12 +18,18 @@ import (
 const maxCleanupWait = 5 * time.Second
 
 // A Locker hands out locks stored in one Redis deployment. It holds the
-// client and the default options; it keeps no per-lock state, so one Locker
-// can serve a whole process. A Locker is safe for concurrent use.
+// client and the default options, and queues its callers that wait for a
+// lock; it keeps no state for locks that are held, so one Locker can serve
+// a whole process. A Locker is safe for concurrent use.
+//
+// While some of its Obtain calls wait, a Locker keeps one pub/sub
+// connection open to hear of releases; it closes that connection, and
+// stops the goroutine reading it, about a second after the last wait ends.
 type Locker struct {
-	store store
-	cfg   config
-	err   error // a bad client or default option given to New
+	store  store
+	notify *notifier
+	cfg    config
+	err    error // a bad client or default option given to New
 }
 
 // New returns a Locker that stores locks through client, with opts as the
@@ -40,6 +46,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
 		return l
 	}
+	l.notify = newNotifier(client)
 	l.err = l.cfg.apply(opts)
 	return l
 }
@@ -99,50 +106,116 @@ func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock,
 }
 
 func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
+	if ctx.Err() != nil {
+		return nil, notObtained(ctx, key)
+	}
 	rkey := cfg.prefix + key
-	var (
-		backoff Backoff
-		timer   *time.Timer
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+	if _, once := cfg.retry.(noRetry); once {
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg)
+		if lk == nil && err == nil {
+			err = heldElsewhere(key)
 		}
-	}()
+		return lk, err
+	}
+	// See notify.go for how waiting works.
+	t := l.notify.ticket(rkey)
+	backoff := cfg.retry.NewBackoff()
+	if backoff == nil {
+		backoff = noRetry{}
+	}
+	if t.queued {
+		// Others of this Locker wait already: queue up behind them
+		// rather than barge in, unless the strategy allows no wait.
+		if delay, ok := backoff.Next(); ok {
+			return l.wait(ctx, key, rkey, cfg, backoff, delay, l.notify.join(rkey, t, time.Time{}))
+		}
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg)
+		if lk == nil && err == nil {
+			err = heldElsewhere(key)
+		}
+		return lk, err
+	}
+	lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
+	if lk != nil || err != nil {
+		return lk, err
+	}
+	delay, ok := backoff.Next()
+	if !ok {
+		return nil, heldElsewhere(key)
+	}
+	return l.wait(ctx, key, rkey, cfg, backoff, delay, l.notify.join(rkey, t, holderExpiry(holderTTL)))
+}
+
+// wait makes waiter w's attempts until it obtains the lock, the strategy
+// gives up, or ctx ends. The first retry slot ends after delay.
+func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backoff Backoff, delay time.Duration, w *waiter) (*Lock, error) {
+	defer l.notify.leave(w)
+	slotEnd := time.Now().Add(max(delay, 0))
+	timer := time.NewTimer(time.Until(slotEnd))
+	defer timer.Stop()
 	for {
-		if ctx.Err() != nil {
-			return nil, notObtained(ctx, key)
-		}
-		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
-		if lk != nil || err != nil {
-			return lk, err
-		}
-		if backoff == nil {
-			if backoff = cfg.retry.NewBackoff(); backoff == nil {
-				backoff = noRetry{}
+		tryNow, tryAt, polling := l.notify.plan(w)
+		if !tryNow {
+			wakeAt := slotEnd
+			if !tryAt.IsZero() && tryAt.Before(wakeAt) {
+				wakeAt = tryAt
+			}
+			timer.Reset(time.Until(wakeAt))
+			select {
+			case <-ctx.Done():
+				return nil, notObtained(ctx, key)
+			case <-w.wake:
+				continue
+			case <-timer.C:
+			}
+			now := time.Now()
+			slotOver := !now.Before(slotEnd)
+			// Try when polling at the end of a slot, or when the
+			// holder's TTL has run out without an announcement.
+			tryNow = (polling && slotOver) || (!tryAt.IsZero() && !now.Before(tryAt))
+			if !tryNow {
+				if !slotOver {
+					continue
+				}
+				// Nothing was released: this slot passes without an
+				// attempt, which could only have failed.
+				d, ok := backoff.Next()
+				if !ok {
+					return nil, heldElsewhere(key)
+				}
+				slotEnd = now.Add(max(d, 0))
+				continue
 			}
 		}
-		delay, ok := backoff.Next()
+		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if lk != nil {
+			l.notify.tried(w, true, lk.Deadline())
+			return lk, nil
+		}
+		l.notify.tried(w, false, holderExpiry(holderTTL))
+		d, ok := backoff.Next()
 		if !ok {
-			return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
+			return nil, heldElsewhere(key)
 		}
-		// A holder that crashed releases nothing: try again when its TTL
-		// runs out rather than at the end of a longer backoff.
-		if holderTTL >= 0 && holderTTL+time.Millisecond < delay {
-			delay = holderTTL + time.Millisecond
-		}
-		delay = max(delay, 0)
-		if timer == nil {
-			timer = time.NewTimer(delay)
-		} else {
-			timer.Reset(delay)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, notObtained(ctx, key)
-		case <-timer.C:
-		}
+		slotEnd = time.Now().Add(max(d, 0))
 	}
+}
+
+// holderExpiry returns when a holder whose remaining TTL an attempt
+// reported will have lost the lock, or zero when its key has no expiry.
+func holderExpiry(holderTTL time.Duration) time.Time {
+	if holderTTL < 0 {
+		return time.Time{}
+	}
+	// Redis reports whole milliseconds, rounded: allow one more.
+	return time.Now().Add(holderTTL + time.Millisecond)
+}
+
+func heldElsewhere(key string) error {
+	return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
 }
 
 func notObtained(ctx context.Context, key string) error {
@@ -223,20 +296,40 @@ func deleteIfOwned(ctx context.Context, s store, rkey, token string) {
 // matches ErrLockLost even when fn returned nil. The release runs on a
 // context that ignores the cancellation of ctx but is bounded in time; if it
 // fails, its error is joined to the result.
-func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	lk, err := l.Obtain(ctx, key, opts...)
+	cfg, err := l.callConfig(key, opts)
 	if err != nil {
 		return err
 	}
+	return l.withLock(ctx, key, &cfg, fn, nil)
+}
+
+// withLock is WithLock once its arguments are checked; Once shares it.
+// When fn returns nil (not when it panics) and the lock was not found lost
+// while it ran, finish, if not nil, ends the lock instead of Release. It
+// must do what Release does, and report a lock that was gone with an error
+// matching ErrNotHeld.
+func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(ctx context.Context) error,
+	finish func(ctx context.Context, lk *Lock) error) (err error) {
+	lk, err := l.obtain(ctx, key, cfg)
+	if err != nil {
+		return err
+	}
+	returned := false
 	defer func() {
 		// This also runs while a panic from fn unwinds; the panic then
 		// continues with its original stack.
 		lost := lk.lostCause()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(lk.cfg.ttl, maxCleanupWait))
-		relErr := lk.Release(rctx)
+		var relErr error
+		if finish != nil && returned && err == nil && lost == nil {
+			relErr = finish(rctx, lk)
+		} else {
+			relErr = lk.Release(rctx)
+		}
 		cancel()
 		switch {
 		case lost != nil:
@@ -251,7 +344,9 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 			err = errors.Join(err, relErr)
 		}
 	}()
-	return fn(lk.Lease(ctx))
+	err = fn(lk.Lease(ctx))
+	returned = true
+	return err
 }
 
 // A Lock is a handle to one acquisition of a lock. Its methods are safe for

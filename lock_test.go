@@ -165,7 +165,11 @@ func TestRetryGivesUpAndBudgetsArePerCall(t *testing.T) {
 		for i, n := range cs.granted {
 			require.Equal(t, 3, *n, "call %d got its own budget of 3 retries", i)
 		}
-		require.Equal(t, callers*4, cnt.count(), "each call tries once plus 3 retries")
+		// Nothing was released, so the waiters had nothing to try for:
+		// at most each call's first attempt, plus the head of the queue
+		// polling its 3 retries until its subscription is confirmed, and
+		// one more try then. Polling waiters would send callers*4.
+		require.LessOrEqual(t, cnt.count(), callers+3+1, "waiters that can only fail must not poll")
 	})
 }
 

@@ -43,7 +43,8 @@ type store interface {
 	// holds token. Otherwise it reports the holder's remaining TTL, which
 	// is negative when the key has no expiry.
 	acquire(ctx context.Context, rkey, token string, ttl time.Duration) (ok bool, holderTTL time.Duration, err error)
-	// release deletes rkey if it holds token, and reports whether it did.
+	// release deletes rkey if it holds token, announces the release to
+	// waiters in the same step, and reports whether it did.
 	release(ctx context.Context, rkey, token string) (bool, error)
 	// refresh sets rkey's TTL if it holds token, and reports whether it did.
 	refresh(ctx context.Context, rkey, token string, ttl time.Duration) (bool, error)
@@ -71,7 +72,7 @@ func (s scriptStore) acquire(ctx context.Context, rkey, token string, ttl time.D
 }
 
 func (s scriptStore) release(ctx context.Context, rkey, token string) (bool, error) {
-	res, err := releaseScript.Run(ctx, s.client, []string{rkey}, token).Int64()
+	res, err := releaseScript.Run(ctx, s.client, []string{rkey}, token, releaseChannel(rkey)).Int64()
 	return res == 1, err
 }
 

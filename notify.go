@@ -1,0 +1,416 @@
+package locksmith
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting for a lock, the way this package does it:
+//
+// The release script announces every release on a channel of the lock's
+// own (PUBLISH in the same script call as the delete). A Locker whose
+// Obtain calls wait for a lock subscribes to that channel, on one pub/sub
+// connection shared by all of its waiters, and keeps them in a FIFO queue
+// per key. An announcement wakes only the head of the queue, which tries
+// once; the others stay asleep and send nothing. So however many
+// goroutines wait, each Locker sends one attempt per release, and a
+// goroutine that has waited longest goes first. A new Obtain call on a key
+// that already has waiters in this Locker joins the back of the queue
+// without trying, so a goroutine that releases and asks again at once
+// cannot barge ahead of those already waiting.
+//
+// Releases that are not announced (the holder crashed and its key
+// expired, or someone deleted the key by hand) are caught by the holder's
+// remaining TTL, which every failed attempt reports: the head tries again
+// when it runs out. While the subscription is not confirmed (it is being
+// set up, or its connection dropped and go-redis is reconnecting), the head
+// instead tries at every delay of its retry strategy, as a polling waiter
+// would, and after the subscription is confirmed again it tries once more
+// to catch releases announced while it was down.
+//
+// The retry strategy keeps its meaning: each delay it returns is a slot in
+// which the waiter may try, and the waiter gives up when the strategy
+// does. A waiter that is not allowed to try in a slot (it is not at the
+// head of the queue, or nothing has been released) lets the slot pass
+// without sending anything; it would have lost anyway.
+
+// Timing of the notification machinery.
+const (
+	// notifyLinger is how long a key stays subscribed after its last
+	// waiter has gone, and the connection stays open after its last key,
+	// so that bursts of contention do not resubscribe each time.
+	notifyLinger = 500 * time.Millisecond
+	// notifyTick is how often the dispatcher looks for idle keys and
+	// checks that the connection is alive.
+	notifyTick = 100 * time.Millisecond
+	// notifyPingAfter is how long a quiet connection goes unchecked; a
+	// PING unanswered for as long again marks it dead.
+	notifyPingAfter = 2 * time.Second
+	// notifyErrorPause bounds the pause after a failed receive, so a
+	// connection that cannot be re-established is not retried in a spin.
+	notifyErrorPause = time.Second
+)
+
+// releaseChannel returns the channel on which releases of rkey are
+// announced.
+func releaseChannel(rkey string) string {
+	return "locksmith:released:" + rkey
+}
+
+// notifier multiplexes the release announcements of one Locker's keys
+// onto one pub/sub connection, and queues the Locker's waiters per key.
+type notifier struct {
+	client redis.UniversalClient
+
+	// active counts the keys with a queue, so that an Obtain on a Locker
+	// that waits for nothing skips the lookup.
+	active atomic.Int64
+
+	mu   sync.Mutex           // guards the fields below and every keyQueue
+	keys map[string]*keyQueue // by channel
+	ps   *redis.PubSub        // nil while no dispatcher runs
+	// up is false while the connection is known to be down; keys are
+	// subscribed again when it comes back.
+	up bool
+}
+
+// keyQueue is the state of one key's waiters in one Locker.
+type keyQueue struct {
+	channel string
+	waiters []*waiter // in arrival order; waiters[0] is the head
+	// woken is the head when it has been told to try and has not yet
+	// reported back; nil otherwise.
+	woken *waiter
+	// pending records a release announced while woken was trying: if
+	// that attempt fails, the head tries again.
+	pending bool
+	// subscribed is true once the server confirmed the subscription on
+	// the current connection.
+	subscribed bool
+	// releases counts the announcements received, so that a waiter can
+	// tell whether one arrived between its attempt and its joining.
+	releases uint64
+	// holderUntil is when the holder's TTL runs out, as last reported by
+	// a failed attempt (zero: unknown or never).
+	holderUntil time.Time
+	// idleSince is when the last waiter left, for unsubscribing.
+	idleSince time.Time
+}
+
+// waiter is one Obtain call waiting in a queue.
+type waiter struct {
+	q *keyQueue
+	// wake asks the waiter to look at the queue again: it may have been
+	// woken to try, or become the head. It has room for one signal.
+	wake chan struct{}
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func newNotifier(client redis.UniversalClient) *notifier {
+	return &notifier{client: client, keys: make(map[string]*keyQueue)}
+}
+
+// ticket is what a waiter knows about a key's announcements before its
+// first attempt.
+type ticket struct {
+	queued   bool   // other waiters of this Locker are already waiting
+	valid    bool   // the key was subscribed when the ticket was taken
+	releases uint64 // announcements received by then
+}
+
+// ticket returns the state of rkey's queue before an attempt.
+func (n *notifier) ticket(rkey string) ticket {
+	if n.active.Load() == 0 {
+		return ticket{}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.keys[releaseChannel(rkey)]
+	if q == nil {
+		return ticket{}
+	}
+	return ticket{queued: len(q.waiters) > 0, valid: q.subscribed, releases: q.releases}
+}
+
+// join adds a waiter at the back of rkey's queue. t is the ticket taken
+// before the waiter's attempt, and holderUntil what that attempt learned
+// (zero if it made none).
+func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
+	ch := releaseChannel(rkey)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.keys[ch]
+	if q == nil {
+		q = &keyQueue{channel: ch}
+		n.keys[ch] = q
+		n.active.Add(1)
+		n.subscribeLocked(q)
+	}
+	if !holderUntil.IsZero() {
+		q.holderUntil = holderUntil
+	}
+	w := &waiter{q: q, wake: make(chan struct{}, 1)}
+	q.waiters = append(q.waiters, w)
+	// A release announced after the ticket was taken found no waiter to
+	// wake; make up for it.
+	if q.subscribed && (!t.valid || t.releases != q.releases) {
+		n.kickLocked(q)
+	}
+	return w
+}
+
+// subscribeLocked subscribes to q's channel, starting the dispatcher if
+// none runs. The confirmation, read by the dispatcher, sets q.subscribed.
+func (n *notifier) subscribeLocked(q *keyQueue) {
+	if n.ps == nil {
+		n.ps = n.client.Subscribe(context.Background())
+		n.up = true
+		go n.dispatch(n.ps)
+	}
+	// A failure here shows up in the dispatcher's receive as well; until
+	// then the key stays unsubscribed and its waiters poll.
+	_ = n.ps.Subscribe(context.Background(), q.channel)
+}
+
+// kickLocked wakes the head of q to try, or, when a woken waiter is
+// already trying, records that it should try once more.
+func (n *notifier) kickLocked(q *keyQueue) {
+	switch {
+	case len(q.waiters) == 0:
+	case q.woken != nil:
+		q.pending = true
+	default:
+		q.woken = q.waiters[0]
+		q.woken.signal()
+	}
+}
+
+// plan tells waiter w what to do next: try now, or sleep until at most
+// tryAt (zero: until woken or its retry slot ends) and then try.
+func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := w.q
+	switch {
+	case q.woken == w:
+		return true, time.Time{}, false
+	case q.waiters[0] != w:
+		return false, time.Time{}, false
+	case !n.up || !q.subscribed:
+		return false, time.Time{}, true
+	default:
+		return false, q.holderUntil, false
+	}
+}
+
+// tried reports the result of w's attempt: on success w leaves the queue
+// and holderUntil is when its own lock expires; on failure holderUntil is
+// what the attempt learned of the holder.
+func (n *notifier) tried(w *waiter, won bool, holderUntil time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := w.q
+	q.holderUntil = holderUntil
+	if q.woken == w {
+		q.woken = nil
+		if won {
+			// Announcements seen meanwhile were of releases before this
+			// acquire: nothing is free now.
+			q.pending = false
+		} else if q.pending {
+			q.pending = false
+			n.kickLocked(q)
+		}
+	}
+	if won {
+		n.removeLocked(w)
+	}
+}
+
+// leave removes w from its queue if it is still there, passing on a wake
+// it had not used.
+func (n *notifier) leave(w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.removeLocked(w)
+}
+
+func (n *notifier) removeLocked(w *waiter) {
+	q := w.q
+	i := 0
+	for i < len(q.waiters) && q.waiters[i] != w {
+		i++
+	}
+	if i == len(q.waiters) {
+		return
+	}
+	copy(q.waiters[i:], q.waiters[i+1:])
+	q.waiters[len(q.waiters)-1] = nil
+	q.waiters = q.waiters[:len(q.waiters)-1]
+	if len(q.waiters) == 0 {
+		q.waiters = nil
+		q.woken, q.pending = nil, false
+		q.idleSince = time.Now()
+		return
+	}
+	if q.woken == w {
+		q.woken = nil
+		n.kickLocked(q)
+	} else if i == 0 {
+		// A new head: it sleeps on other terms.
+		q.waiters[0].signal()
+	}
+}
+
+// dispatch reads ps until the Locker has no keys left to watch, or the
+// client is closed.
+func (n *notifier) dispatch(ps *redis.PubSub) {
+	ctx := context.Background()
+	lastHeard := time.Now()
+	var pingSent time.Time // zero when no PING is outstanding
+	errPause := 10 * time.Millisecond
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, notifyTick)
+		now := time.Now()
+		switch {
+		case err == nil:
+			lastHeard, pingSent, errPause = now, time.Time{}, 10*time.Millisecond
+			n.handle(msg)
+		case isTimeout(err):
+			switch {
+			case !pingSent.IsZero() && now.Sub(pingSent) > notifyPingAfter:
+				// The connection is silently dead. Start over on a new
+				// one, subscribed to every key.
+				ps = n.replace(ps)
+				lastHeard, pingSent = now, time.Time{}
+			case pingSent.IsZero() && now.Sub(lastHeard) > notifyPingAfter:
+				if ps.Ping(ctx) == nil {
+					pingSent = now
+				}
+			}
+		case errors.Is(err, redis.ErrClosed):
+			n.down(ps)
+			n.mu.Lock()
+			if n.ps == ps {
+				n.ps = nil
+			}
+			n.mu.Unlock()
+			return
+		default:
+			// go-redis reconnects and resubscribes on the next receive;
+			// until the confirmations arrive the waiters poll.
+			n.down(ps)
+			time.Sleep(errPause)
+			errPause = min(errPause*2, notifyErrorPause)
+		}
+		if n.reap(ps, now) {
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// handle acts on one item received from the pub/sub connection.
+func (n *notifier) handle(msg any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.up = true
+	switch m := msg.(type) {
+	case *redis.Message:
+		if q := n.keys[m.Channel]; q != nil {
+			q.releases++
+			n.kickLocked(q)
+		}
+	case *redis.Subscription:
+		q := n.keys[m.Channel]
+		if q == nil || m.Kind != "subscribe" {
+			return
+		}
+		if !q.subscribed {
+			q.subscribed = true
+			// Releases before this moment were not announced to us:
+			// let the head check.
+			n.kickLocked(q)
+		}
+	}
+}
+
+// down marks every key unsubscribed after the connection failed, and
+// tells the heads of the queues to poll.
+func (n *notifier) down(ps *redis.PubSub) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ps != ps {
+		return
+	}
+	n.up = false
+	for _, q := range n.keys {
+		q.subscribed = false
+		if len(q.waiters) > 0 {
+			q.waiters[0].signal()
+		}
+	}
+}
+
+// replace closes a dead connection and subscribes a new one to every key.
+func (n *notifier) replace(old *redis.PubSub) *redis.PubSub {
+	n.down(old)
+	_ = old.Close()
+	ps := n.client.Subscribe(context.Background())
+	n.mu.Lock()
+	n.ps = ps
+	n.up = true
+	channels := make([]string, 0, len(n.keys))
+	for ch := range n.keys {
+		channels = append(channels, ch)
+	}
+	n.mu.Unlock()
+	if len(channels) > 0 {
+		_ = ps.Subscribe(context.Background(), channels...)
+	}
+	return ps
+}
+
+// reap unsubscribes keys idle for longer than notifyLinger and, when none
+// is left, closes the connection. It reports whether the dispatcher
+// should return.
+func (n *notifier) reap(ps *redis.PubSub, now time.Time) bool {
+	n.mu.Lock()
+	var idle []string
+	for ch, q := range n.keys {
+		if len(q.waiters) == 0 && now.Sub(q.idleSince) > notifyLinger {
+			idle = append(idle, ch)
+			delete(n.keys, ch)
+			n.active.Add(-1)
+		}
+	}
+	last := len(n.keys) == 0
+	if last {
+		n.ps = nil
+	}
+	n.mu.Unlock()
+	if last {
+		_ = ps.Close()
+		return true
+	}
+	if len(idle) > 0 {
+		_ = ps.Unsubscribe(context.Background(), idle...)
+	}
+	return false
+}
