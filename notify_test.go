@@ -192,12 +192,14 @@ func readsProcessed(t *testing.T, c *redis.Client) int64 {
 func TestRequestsPerAcquisitionDoNotGrowWithWaiters(t *testing.T) {
 	srv := redistest.New(t)
 	raw := srv.Client(t)
-	for _, perLocker := range []int{1, 8, 64} {
+	// Up to 256 goroutines waiting over two Lockers.
+	for _, tc := range []struct{ perLocker, rounds int }{{1, 6}, {8, 6}, {128, 3}} {
+		perLocker, rounds := tc.perLocker, tc.rounds
 		t.Run(strconv.Itoa(perLocker), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			key := uniqueKey(t)
-			const lockers, rounds = 2, 6
+			const lockers = 2
 			ls := make([]*locksmith.Locker, lockers)
 			for i := range ls {
 				ls[i] = locksmith.New(srv.Client(t))
