@@ -12,6 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// fenceSuffix names a lock's fence counter after its key: see WithFencing.
+const fenceSuffix = ":fence"
+
 // maxCleanupWait bounds the calls that run after the caller's context may
 // have ended: the best-effort delete after a failed or abandoned Obtain and
 // the release at the end of WithLock.
@@ -187,10 +190,12 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 				continue
 			}
 		}
+		start := time.Now()
 		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
 		if err != nil {
 			return nil, err
 		}
+		l.notify.observe(time.Since(start))
 		if lk != nil {
 			l.notify.tried(w, true, lk.Deadline())
 			return lk, nil
@@ -228,7 +233,11 @@ func notObtained(ctx context.Context, key string) error {
 func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (*Lock, time.Duration, error) {
 	token := uuid.NewString()
 	start := time.Now()
-	ok, holderTTL, err := l.store.acquire(ctx, rkey, token, cfg.ttl)
+	var fenceKey string
+	if cfg.fencing {
+		fenceKey = slotKey(rkey, fenceSuffix)
+	}
+	ok, fence, holderTTL, err := l.store.acquire(ctx, rkey, fenceKey, token, cfg.ttl)
 	if err != nil {
 		if mayHaveLanded(err) {
 			deleteIfOwned(ctx, l.store, rkey, token)
@@ -248,6 +257,7 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 		key:      key,
 		rkey:     rkey,
 		token:    token,
+		fence:    fence,
 		cfg:      *cfg,
 		ttl:      cfg.ttl,
 		deadline: start.Add(cfg.ttl - cfg.driftFor(cfg.ttl)),
@@ -318,10 +328,14 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 	if err != nil {
 		return err
 	}
+	// The lease ends with this call even if the release fails (the lock
+	// then expires with its TTL): nothing renews a lock nobody uses.
+	leaseCtx, endLease := context.WithCancel(ctx)
 	returned := false
 	defer func() {
 		// This also runs while a panic from fn unwinds; the panic then
 		// continues with its original stack.
+		defer endLease()
 		lost := lk.lostCause()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(lk.cfg.ttl, maxCleanupWait))
 		var relErr error
@@ -344,7 +358,7 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 			err = errors.Join(err, relErr)
 		}
 	}()
-	err = fn(lk.Lease(ctx))
+	err = fn(lk.Lease(leaseCtx))
 	returned = true
 	return err
 }
@@ -358,6 +372,7 @@ type Lock struct {
 	key   string // as the caller gave it
 	rkey  string // prefix+key
 	token string
+	fence int64 // 0 without fencing
 	cfg   config
 
 	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
@@ -376,6 +391,15 @@ func (lk *Lock) Key() string { return lk.key }
 // Token returns the random value that identifies this acquisition; the
 // lock's Redis key holds it while this handle owns the lock.
 func (lk *Lock) Token() string { return lk.token }
+
+// Fence returns the lock's fencing token, or 0 when the lock was obtained
+// without WithFencing. Fencing tokens of a key strictly increase from one
+// acquisition to the next, so a resource that remembers the highest token
+// it has seen, and rejects writes carrying a lower one, cannot be written
+// by a holder whose lock has passed to someone else (because it was paused
+// or cut off past its Deadline, say). Pass the token along with each write
+// to the resource; see WithFencing for what it relies on.
+func (lk *Lock) Fence() int64 { return lk.fence }
 
 // Deadline returns the local, conservative end of the lock's validity: the
 // time taken just before the acquire (or the last successful refresh) was
@@ -469,16 +493,27 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 // successful one. Other errors mean Redis could not answer: the lock may
 // still exist until its TTL runs out, and the caller may call Release again.
 func (lk *Lock) Release(ctx context.Context) error {
+	return lk.finish(ctx, "release", releaseOp)
+}
+
+func releaseOp(ctx context.Context, lk *Lock) (bool, error) {
+	return lk.store.release(ctx, lk.rkey, lk.token)
+}
+
+// finish ends the lock with op, which deletes the key if it still holds
+// the token and reports whether it did, as Release describes: renewal is
+// stopped first and resumed if op fails; verb names op in errors.
+func (lk *Lock) finish(ctx context.Context, verb string, op func(context.Context, *Lock) (bool, error)) error {
 	lk.releaseMu.Lock()
 	defer lk.releaseMu.Unlock()
 	if lk.isReleased() {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.key)
 	}
 	lk.stopRenewal()
-	ok, err := lk.store.release(ctx, lk.rkey, lk.token)
+	ok, err := op(ctx, lk)
 	if err != nil {
 		lk.resumeRenewal()
-		return fmt.Errorf("locksmith: release %q: %w", lk.key, err)
+		return fmt.Errorf("locksmith: %s %q: %w", verb, lk.key, err)
 	}
 	lk.end()
 	if !ok {

@@ -55,6 +55,9 @@ const (
 	// notifyErrorPause bounds the pause after a failed receive, so a
 	// connection that cannot be re-established is not retried in a spin.
 	notifyErrorPause = time.Second
+	// rivalMemory is how long a Locker remembers that another one
+	// competed for a key: see keyQueue.ours.
+	rivalMemory = time.Second
 )
 
 // releaseChannel returns the channel on which releases of rkey are
@@ -71,6 +74,9 @@ type notifier struct {
 	// active counts the keys with a queue, so that an Obtain on a Locker
 	// that waits for nothing skips the lookup.
 	active atomic.Int64
+	// rtt is a moving average of how long the waiters' attempts take, in
+	// nanoseconds: how long a Locker defers to its rivals.
+	rtt atomic.Int64
 
 	mu   sync.Mutex           // guards the fields below and every keyQueue
 	keys map[string]*keyQueue // by channel
@@ -93,14 +99,26 @@ type keyQueue struct {
 	// subscribed is true once the server confirmed the subscription on
 	// the current connection.
 	subscribed bool
-	// releases counts the announcements received, so that a waiter can
-	// tell whether one arrived between its attempt and its joining.
-	releases uint64
+	// events counts the announcements and subscription confirmations
+	// received, so that a waiter can tell whether one arrived between its
+	// attempt and its joining.
+	events uint64
 	// holderUntil is when the holder's TTL runs out, as last reported by
 	// a failed attempt (zero: unknown or never).
 	holderUntil time.Time
 	// idleSince is when the last waiter left, for unsubscribing.
 	idleSince time.Time
+
+	// Fairness between Lockers. Redis sends an announcement to its
+	// subscribers one after the other, always in the same order, so
+	// the Locker that subscribed first would always try first and win.
+	// Instead, a Locker whose own waiter held the lock (ours) lets the
+	// others go first after its release, for about one round trip
+	// (notBefore), if another Locker has won the lock recently
+	// (rivalSeen). With no rival the head tries at once.
+	ours      bool
+	rivalSeen time.Time
+	notBefore time.Time // the woken head waits until then
 }
 
 // waiter is one Obtain call waiting in a queue.
@@ -125,9 +143,9 @@ func newNotifier(client redis.UniversalClient) *notifier {
 // ticket is what a waiter knows about a key's announcements before its
 // first attempt.
 type ticket struct {
-	queued   bool   // other waiters of this Locker are already waiting
-	valid    bool   // the key was subscribed when the ticket was taken
-	releases uint64 // announcements received by then
+	queued  bool   // other waiters of this Locker are already waiting
+	existed bool   // the key had a queue (and maybe a subscription)
+	events  uint64 // the queue's events by then
 }
 
 // ticket returns the state of rkey's queue before an attempt.
@@ -141,7 +159,7 @@ func (n *notifier) ticket(rkey string) ticket {
 	if q == nil {
 		return ticket{}
 	}
-	return ticket{queued: len(q.waiters) > 0, valid: q.subscribed, releases: q.releases}
+	return ticket{queued: len(q.waiters) > 0, existed: true, events: q.events}
 }
 
 // join adds a waiter at the back of rkey's queue. t is the ticket taken
@@ -152,7 +170,8 @@ func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := n.keys[ch]
-	if q == nil {
+	created := q == nil
+	if created {
 		q = &keyQueue{channel: ch}
 		n.keys[ch] = q
 		n.active.Add(1)
@@ -163,9 +182,10 @@ func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
 	}
 	w := &waiter{q: q, wake: make(chan struct{}, 1)}
 	q.waiters = append(q.waiters, w)
-	// A release announced after the ticket was taken found no waiter to
-	// wake; make up for it.
-	if q.subscribed && (!t.valid || t.releases != q.releases) {
+	// A release announced between the ticket and now may have found no
+	// waiter to wake: make up for it. (A new subscription needs nothing:
+	// its confirmation wakes the head.)
+	if !created && q.subscribed && (!t.existed || t.events != q.events) {
 		n.kickLocked(q)
 	}
 	return w
@@ -204,6 +224,8 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) 
 	defer n.mu.Unlock()
 	q := w.q
 	switch {
+	case q.woken == w && time.Now().Before(q.notBefore):
+		return false, q.notBefore, false
 	case q.woken == w:
 		return true, time.Time{}, false
 	case q.waiters[0] != w:
@@ -223,8 +245,14 @@ func (n *notifier) tried(w *waiter, won bool, holderUntil time.Time) {
 	defer n.mu.Unlock()
 	q := w.q
 	q.holderUntil = holderUntil
+	q.ours = won
 	if q.woken == w {
 		q.woken = nil
+		if !won {
+			// Woken by a release, it lost the race: to another Locker,
+			// since this one lets only its head try.
+			q.rivalSeen = time.Now()
+		}
 		if won {
 			// Announcements seen meanwhile were of releases before this
 			// acquire: nothing is free now.
@@ -321,6 +349,22 @@ func (n *notifier) dispatch(ps *redis.PubSub) {
 	}
 }
 
+// observe folds the duration of one attempt into the round-trip average.
+func (n *notifier) observe(d time.Duration) {
+	old := n.rtt.Load()
+	if old == 0 {
+		n.rtt.Store(int64(d))
+		return
+	}
+	n.rtt.Store(old + (int64(d)-old)/8)
+}
+
+// roundTrip returns how long a Locker defers to its rivals after its own
+// release: about one round trip, within bounds.
+func (n *notifier) roundTrip() time.Duration {
+	return min(max(time.Duration(n.rtt.Load()), 50*time.Microsecond), 5*time.Millisecond)
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -334,7 +378,10 @@ func (n *notifier) handle(msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
 		if q := n.keys[m.Channel]; q != nil {
-			q.releases++
+			q.events++
+			if q.ours && q.woken == nil && time.Since(q.rivalSeen) < rivalMemory {
+				q.notBefore = time.Now().Add(n.roundTrip())
+			}
 			n.kickLocked(q)
 		}
 	case *redis.Subscription:
@@ -344,6 +391,7 @@ func (n *notifier) handle(msg any) {
 		}
 		if !q.subscribed {
 			q.subscribed = true
+			q.events++
 			// Releases before this moment were not announced to us:
 			// let the head check.
 			n.kickLocked(q)

@@ -37,10 +37,17 @@ type config struct {
 	// client computes how long the lock is valid; negative means the
 	// default, ttl/100 + 2ms (at most half the TTL).
 	drift time.Duration
+
+	// fencing makes Obtain take a fencing token.
+	fencing bool
+
+	// doneTTL is how long Once keeps a completion record: whole
+	// milliseconds, at least 1 ms.
+	doneTTL time.Duration
 }
 
 func defaultConfig() config {
-	return config{ttl: DefaultTTL, retry: NoRetry(), drift: -1}
+	return config{ttl: DefaultTTL, retry: NoRetry(), drift: -1, doneTTL: DefaultDoneTTL}
 }
 
 // apply applies opts to c and checks the result as a whole.
@@ -156,6 +163,24 @@ func WithDrift(d time.Duration) Option {
 			return fmt.Errorf("%w: drift allowance %v is negative", ErrInvalidArgument, d)
 		}
 		c.drift = d
+		return nil
+	})
+}
+
+// WithFencing makes Obtain give each acquisition a fencing token, returned
+// by Lock.Fence, strictly greater than every token an earlier holder of the
+// key got. The token is produced by the acquire script itself, in the same
+// round trip, from a counter key in the same cluster slot as the lock. The
+// counter has no TTL: it costs one small key per lock name, kept forever.
+//
+// A token is the larger of the counter plus one and the Redis server's
+// clock in microseconds, so tokens keep increasing even when the counter
+// is lost, as when Redis restarts without persistence or fails over to a
+// replica that missed the last increments. That relies on the server's
+// clock never stepping back past the time of the last token issued.
+func WithFencing() Option {
+	return optionFunc(func(c *config) error {
+		c.fencing = true
 		return nil
 	})
 }

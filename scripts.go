@@ -40,9 +40,10 @@ const pttlNotHeld = -3
 // deployments (a quorum of independent servers) can stand.
 type store interface {
 	// acquire sets rkey to token with the TTL if rkey is free or already
-	// holds token. Otherwise it reports the holder's remaining TTL, which
-	// is negative when the key has no expiry.
-	acquire(ctx context.Context, rkey, token string, ttl time.Duration) (ok bool, holderTTL time.Duration, err error)
+	// holds token, and then, if fenceKey is not empty, returns the next
+	// fencing token from the counter at fenceKey. Otherwise it reports the
+	// holder's remaining TTL, which is negative when the key has no expiry.
+	acquire(ctx context.Context, rkey, fenceKey, token string, ttl time.Duration) (ok bool, fence int64, holderTTL time.Duration, err error)
 	// release deletes rkey if it holds token, announces the release to
 	// waiters in the same step, and reports whether it did.
 	release(ctx context.Context, rkey, token string) (bool, error)
@@ -60,15 +61,19 @@ type scriptStore struct {
 
 var _ store = scriptStore{}
 
-func (s scriptStore) acquire(ctx context.Context, rkey, token string, ttl time.Duration) (bool, time.Duration, error) {
-	res, err := obtainScript.Run(ctx, s.client, []string{rkey}, token, ttl.Milliseconds()).Int64()
+func (s scriptStore) acquire(ctx context.Context, rkey, fenceKey, token string, ttl time.Duration) (bool, int64, time.Duration, error) {
+	keys := []string{rkey}
+	if fenceKey != "" {
+		keys = append(keys, fenceKey)
+	}
+	res, err := obtainScript.Run(ctx, s.client, keys, token, ttl.Milliseconds()).Int64()
 	if err != nil {
-		return false, 0, err
+		return false, 0, 0, err
 	}
 	if res < 0 {
-		return false, time.Duration(-2-res) * time.Millisecond, nil
+		return false, 0, time.Duration(-2-res) * time.Millisecond, nil
 	}
-	return true, 0, nil
+	return true, res, 0, nil
 }
 
 func (s scriptStore) release(ctx context.Context, rkey, token string) (bool, error) {

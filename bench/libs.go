@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/locksmith-go/locksmith"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+)
+
+// A lib is one lock library at one setting. Every lib waits for a held lock
+// the way its documentation says to, bounded by the ctx given to obtain,
+// whose deadline is the end of the measured window.
+type lib interface {
+	// name is the short label used in the tables.
+	name() string
+	// settings says how the library is configured, for the legend.
+	settings() string
+	// newLocker returns an independent instance, with its own client and
+	// connections, as a separate process would have.
+	newLocker(url string) (locker, error)
+}
+
+// A locker is one instance of a lib, safe for concurrent use.
+type locker interface {
+	// obtain acquires the lock on key, waiting for it as the library
+	// does. It returns an error matching errNotObtained when the library
+	// gave up (its retry budget ran out or ctx ended).
+	obtain(ctx context.Context, key string) (held, error)
+	close()
+}
+
+// held is an obtained lock. It is an interface rather than a release func
+// so that the adapters add no allocation of their own: each wraps the
+// library's own handle (a pointer), which converts to an interface for
+// free, where a method value or closure would cost one allocation.
+type held interface {
+	release(ctx context.Context) error
+}
+
+var errNotObtained = errors.New("not obtained")
+
+// lockTTL is the TTL for the libraries that take one per call and have no
+// default (bsm/redislock and the raw baseline); it is locksmith's default.
+// redsync (8s) and rueidislock (5s) keep their own defaults.
+const lockTTL = 10 * time.Second
+
+// libraries returns the libraries in table order: the baseline first.
+func libraries(rawRetry time.Duration) []lib {
+	return []lib{
+		rawLib{retry: rawRetry},
+		locksmithLib{},
+		redislockLib{interval: 5 * time.Millisecond, why: "a tight setting"},
+		redislockLib{interval: 100 * time.Millisecond, why: "the interval of its README/example retry"},
+		redsyncLib{},
+		rueidisLib{},
+		rueidisLib{readme: true},
+	}
+}
+
+// newGoRedis returns a go-redis client at its default settings.
+func newGoRedis(url string) (*redis.Client, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opt), nil
+}
+
+// --- raw go-redis: the physical limit ---------------------------------------
+
+// rawLib is the recipe every Redis lock starts from, with nothing added:
+// SET key token NX with a TTL, retried every retry (0: at once, a spin)
+// until it succeeds or ctx ends, and a compare-and-delete script run with
+// EVALSHA to release. Retrying every millisecond is the "tight retry" that
+// stands for the physical limit of polling: faster polling only burns the
+// server and the client's CPU, which on two cores slows the holder.
+type rawLib struct{ retry time.Duration }
+
+var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+
+func (r rawLib) name() string { return "raw go-redis" }
+
+func (r rawLib) settings() string {
+	wait := fmt.Sprintf("SET NX retried every %v", r.retry)
+	if r.retry <= 0 {
+		wait = "SET NX retried at once (spin)"
+	}
+	return fmt.Sprintf("go-redis v9 SET NX (TTL %v) + EVALSHA compare-and-delete; %s; the baseline", lockTTL, wait)
+}
+
+func (r rawLib) newLocker(url string) (locker, error) {
+	c, err := newGoRedis(url)
+	if err != nil {
+		return nil, err
+	}
+	return &rawLocker{client: c, retry: r.retry}, nil
+}
+
+type rawLocker struct {
+	client *redis.Client
+	retry  time.Duration
+}
+
+type rawHeld struct {
+	client *redis.Client
+	key    string
+	token  string
+}
+
+func (l *rawLocker) obtain(ctx context.Context, key string) (held, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on Linux
+	token := hex.EncodeToString(b[:])
+	for {
+		ok, err := l.client.SetNX(ctx, key, token, lockTTL).Result()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &rawHeld{client: l.client, key: key, token: token}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", errNotObtained, ctx.Err())
+		}
+		if l.retry > 0 {
+			time.Sleep(l.retry)
+		}
+	}
+}
+
+func (h *rawHeld) release(ctx context.Context) error {
+	n, err := rawRelease.Run(ctx, h.client, []string{h.key}, h.token).Int64()
+	if err == nil && n != 1 {
+		err = errors.New("lock was not held at release")
+	}
+	return err
+}
+
+func (l *rawLocker) close() { _ = l.client.Close() }
+
+// --- locksmith (the working tree) ----------------------------------------------
+
+type locksmithLib struct{}
+
+func (locksmithLib) name() string { return "locksmith" }
+
+func (locksmithLib) settings() string {
+	return "working tree; New(client, WithRetry(LinearBackoff(50ms))), default TTL 10s, waits bounded by the ctx deadline"
+}
+
+func (locksmithLib) newLocker(url string) (locker, error) {
+	c, err := newGoRedis(url)
+	if err != nil {
+		return nil, err
+	}
+	l := locksmith.New(c, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+	return &smithLocker{client: c, locker: l}, nil
+}
+
+type smithLocker struct {
+	client *redis.Client
+	locker *locksmith.Locker
+}
+
+type smithHeld struct{ lk *locksmith.Lock }
+
+func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
+	lk, err := l.locker.Obtain(ctx, key)
+	if errors.Is(err, locksmith.ErrNotObtained) {
+		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return smithHeld{lk}, nil
+}
+
+func (h smithHeld) release(ctx context.Context) error { return h.lk.Release(ctx) }
+
+func (l *smithLocker) close() {
+	// A Locker may own resources (a subscription for release
+	// notifications); close them if it says how.
+	switch c := any(l.locker).(type) {
+	case interface{ Close() error }:
+		_ = c.Close()
+	case interface{ Close() }:
+		c.Close()
+	}
+	_ = l.client.Close()
+}
+
+// --- github.com/bsm/redislock ------------------------------------------------
+
+// redislockLib waits with LinearBackoff(interval), its only waiting
+// strategy that keeps trying until ctx ends (LimitRetry shares its counter
+// between calls, so it cannot be one value for all goroutines).
+type redislockLib struct {
+	interval time.Duration
+	why      string
+}
+
+func (r redislockLib) name() string { return fmt.Sprintf("redislock %v", r.interval) }
+
+func (r redislockLib) settings() string {
+	return fmt.Sprintf("bsm/redislock, TTL %v, RetryStrategy LinearBackoff(%v) (%s)", lockTTL, r.interval, r.why)
+}
+
+func (r redislockLib) newLocker(url string) (locker, error) {
+	c, err := newGoRedis(url)
+	if err != nil {
+		return nil, err
+	}
+	return &redislockLocker{
+		client: c,
+		locker: redislock.New(c),
+		opts:   &redislock.Options{RetryStrategy: redislock.LinearBackoff(r.interval)},
+	}, nil
+}
+
+type redislockLocker struct {
+	client *redis.Client
+	locker *redislock.Client
+	opts   *redislock.Options // stateless strategy: shared by all calls
+}
+
+type redislockHeld struct{ lk *redislock.Lock }
+
+func (l *redislockLocker) obtain(ctx context.Context, key string) (held, error) {
+	lk, err := l.locker.Obtain(ctx, key, lockTTL, l.opts)
+	if errors.Is(err, redislock.ErrNotObtained) || (err != nil && ctx.Err() != nil) {
+		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return redislockHeld{lk}, nil
+}
+
+func (h redislockHeld) release(ctx context.Context) error { return h.lk.Release(ctx) }
+
+func (l *redislockLocker) close() { _ = l.client.Close() }
+
+// --- github.com/go-redsync/redsync/v4 --------------------------------------------
+
+// redsyncLib is redsync at its defaults, over one go-redis pool: expiry 8s,
+// 32 tries with a random 50-250ms delay between them, so a LockContext
+// gives up after about 5s of waiting. A Mutex holds the state of one
+// acquisition, so each obtain makes its own.
+type redsyncLib struct{}
+
+func (redsyncLib) name() string { return "redsync" }
+
+func (redsyncLib) settings() string {
+	return "go-redsync/redsync/v4 defaults over one goredis/v9 pool: expiry 8s, 32 tries, retry delay rand(50ms, 250ms); NewMutex per acquisition"
+}
+
+func (redsyncLib) newLocker(url string) (locker, error) {
+	c, err := newGoRedis(url)
+	if err != nil {
+		return nil, err
+	}
+	return &redsyncLocker{client: c, rs: redsync.New(redsyncgoredis.NewPool(c))}, nil
+}
+
+type redsyncLocker struct {
+	client *redis.Client
+	rs     *redsync.Redsync
+}
+
+type redsyncHeld struct{ m *redsync.Mutex }
+
+func (l *redsyncLocker) obtain(ctx context.Context, key string) (held, error) {
+	m := l.rs.NewMutex(key)
+	err := m.LockContext(ctx)
+	var taken *redsync.ErrTaken
+	if errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || (err != nil && ctx.Err() != nil) {
+		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return redsyncHeld{m}, nil
+}
+
+func (h redsyncHeld) release(ctx context.Context) error {
+	ok, err := h.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("lock was not held at release")
+	}
+	return err
+}
+
+func (l *redsyncLocker) close() { _ = l.client.Close() }
+
+// --- github.com/redis/rueidis/rueidislock ------------------------------------------
+
+// rueidisLib is rueidislock, which needs its own rueidis client. It waits
+// for client-side-caching invalidations of the lock keys (CLIENT TRACKING)
+// rather than polling. At its defaults a lock is a majority of 3 keys
+// (KeyMajority 2); its README recommends KeyMajority 1 for a single Redis
+// and NoLoopTracking for Redis >= 7.0.5.
+type rueidisLib struct{ readme bool }
+
+func (r rueidisLib) name() string {
+	if r.readme {
+		return "rueidislock README"
+	}
+	return "rueidislock"
+}
+
+func (r rueidisLib) settings() string {
+	if r.readme {
+		return "rueidis/rueidislock as its README recommends for one Redis: KeyMajority 1 (1 key), NoLoopTracking; validity 5s; woken by client-side-caching invalidations"
+	}
+	return "rueidis/rueidislock defaults: KeyMajority 2 (3 keys), validity 5s, TryNextAfter 20ms; woken by client-side-caching invalidations"
+}
+
+func (r rueidisLib) newLocker(url string) (locker, error) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	lo := rueidislock.LockerOption{ClientOption: opt}
+	if r.readme {
+		lo.KeyMajority = 1
+		lo.NoLoopTracking = true
+	}
+	l, err := rueidislock.NewLocker(lo)
+	if err != nil {
+		return nil, err
+	}
+	return &rueidisLocker{locker: l}, nil
+}
+
+type rueidisLocker struct{ locker rueidislock.Locker }
+
+// rueidisHeld is the cancel func WithContext returns: calling it releases
+// the lock and waits until its keys are deleted.
+type rueidisHeld context.CancelFunc
+
+func (l *rueidisLocker) obtain(ctx context.Context, key string) (held, error) {
+	_, cancel, err := l.locker.WithContext(ctx, key)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rueidisHeld(cancel), nil
+}
+
+func (h rueidisHeld) release(context.Context) error {
+	h()
+	return nil
+}
+
+func (l *rueidisLocker) close() { l.locker.Close() }

@@ -1,0 +1,228 @@
+// Command bench measures locksmith against the other Go Redis locks and a
+// raw go-redis baseline, side by side in one run against one Redis.
+//
+// It starts a private redis-server (or uses -redis URL), pins itself and
+// the server to different CPUs, and runs four scenarios for every library
+// one after the other, printing one table per scenario. See README.md.
+//
+// Usage, from this directory:
+//
+//	go run . [-quick] [-d 3s] [-redis redis://host:port/0] [-libs locksmith,raw] [-scenarios serial,contended16]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+type options struct {
+	measure, warmup time.Duration
+	hold, rawRetry  time.Duration
+	redisURL        string
+	redisServer     string
+	pin             bool
+	libs, scenarios string
+	pings, rounds   int
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var o options
+	quick := flag.Bool("quick", false, "short run, about 30s in all: -d 600ms -warmup 200ms")
+	flag.DurationVar(&o.measure, "d", 3*time.Second, "measured time per library per scenario")
+	flag.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each measurement")
+	flag.DurationVar(&o.hold, "hold", 2300*time.Microsecond, "how long a contended worker holds the lock")
+	flag.DurationVar(&o.rawRetry, "raw-retry", time.Millisecond, "retry interval of the raw baseline (0: spin)")
+	flag.StringVar(&o.redisURL, "redis", "", "use this Redis (redis://host:port/db) instead of a private server; ALL ITS DATA IS DELETED (FLUSHALL)")
+	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary for the private server")
+	flag.BoolVar(&o.pin, "pin", true, "pin the benchmark and redis-server to different CPUs with taskset")
+	flag.StringVar(&o.libs, "libs", "", "comma-separated substrings: run only the libraries whose names contain one (the raw baseline always runs)")
+	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256")
+	flag.IntVar(&o.pings, "pings", 2000, "PINGs for the loopback RTT")
+	flag.IntVar(&o.rounds, "rounds", 1, "split each measurement into this many rounds, the libraries taking turns, so that a noisy neighbour hurts all of them alike")
+	flag.Parse()
+	if *quick {
+		o.measure, o.warmup = 600*time.Millisecond, 200*time.Millisecond
+	}
+	if flag.NArg() > 0 || o.measure <= 0 || o.warmup < 0 || o.hold <= 0 || o.pings < 1 || o.rounds < 1 {
+		flag.Usage()
+		return 2
+	}
+
+	// Pin before anything else: this may re-execute the program.
+	pin := pinSelf(o.pin)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	libs := selectLibs(libraries(o.rawRetry), o.libs)
+	scs, err := selectScenarios(o.scenarios)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+
+	target, where := o.redisURL, ""
+	if target == "" {
+		srv, err := startServer(ctx, o.redisServer, pin.serverCPU)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+		defer srv.stop()
+		if pin.serverCPU >= 0 {
+			pin.note += fmt.Sprintf(", redis-server to CPU %d", pin.serverCPU)
+		}
+		target = srv.url()
+		where = fmt.Sprintf("private, %s, --save \"\" --appendonly no", srv.addr)
+	} else {
+		where = "external, " + redactURL(target)
+		pin.note += "; the external redis-server is not pinned by this program, so it may share the benchmark's CPU"
+	}
+	opt, err := redis.ParseURL(target)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	admin := redis.NewClient(opt)
+	defer admin.Close()
+
+	rtt, err := loopbackRTT(ctx, admin, o.pings)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: PING:", err)
+		return 2
+	}
+	printHeader(ctx, admin, &o, pin, where, rtt, libs)
+
+	b := &bench{admin: admin, url: target, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
+	failed := false
+	for _, sc := range scs {
+		results := make([]*result, len(libs))
+		for round := range o.rounds {
+			for i, l := range libs {
+				fmt.Fprintf(os.Stderr, "running %s, round %d/%d: %s\n", sc.id, round+1, o.rounds, l.name())
+				r := b.run(ctx, sc, l)
+				results[i] = results[i].add(r)
+				if r.err != nil || r.violations > 0 {
+					failed = true
+				}
+				if ctx.Err() != nil {
+					fmt.Fprintln(os.Stderr, "bench: interrupted")
+					return 1
+				}
+			}
+		}
+		report(sc, results, rtt).print(os.Stdout)
+		for _, r := range results {
+			if r.violations > 0 {
+				fmt.Printf("\n*** MUTUAL EXCLUSION VIOLATED: %s had %d overlapping critical sections ***\n", r.lib.name(), r.violations)
+			}
+		}
+	}
+	if failed {
+		fmt.Fprintln(os.Stderr, "bench: FAILED: a run failed or mutual exclusion was violated")
+		return 1
+	}
+	return 0
+}
+
+func printHeader(ctx context.Context, admin *redis.Client, o *options, pin pinning, where string, rtt time.Duration, libs []lib) {
+	model, ncpu := cpuInfo()
+	fmt.Println("## Lock benchmark")
+	fmt.Println()
+	fmt.Printf("- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Printf("- machine: %s, %d CPUs, Linux %s\n", model, ncpu, kernel())
+	fmt.Printf("- go: %s %s/%s, GOMAXPROCS=%d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
+	fmt.Printf("- redis-server: %s (%s)\n", serverVersion(ctx, admin), where)
+	fmt.Printf("- pinning: %s\n", pin.note)
+	fmt.Printf("- loopback RTT: %s (median of %d PINGs through go-redis)\n", fmtDur(rtt), o.pings)
+	fmt.Printf("- each library runs %v measured (in %d round(s), each after %v of warm-up), one after the other, FLUSHALL in between; contended holders sleep %v in the lock\n",
+		o.measure, o.rounds, o.warmup, o.hold)
+	fmt.Printf("- modules: %s\n", moduleVersions())
+	fmt.Println("- libraries and settings:")
+	for _, l := range libs {
+		fmt.Printf("  - %s: %s\n", l.name(), l.settings())
+	}
+	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's; requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included); see README.md")
+}
+
+// moduleVersions lists the versions of the measured modules in this build.
+func moduleVersions() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	want := []string{
+		"github.com/locksmith-go/locksmith",
+		"github.com/redis/go-redis/v9",
+		"github.com/bsm/redislock",
+		"github.com/go-redsync/redsync/v4",
+		"github.com/redis/rueidis",
+	}
+	var parts []string
+	for _, d := range bi.Deps {
+		if !slices.Contains(want, d.Path) {
+			continue
+		}
+		v := d.Version
+		if d.Replace != nil {
+			v = "=> " + d.Replace.Path
+		}
+		parts = append(parts, d.Path+" "+v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// selectLibs keeps the baseline and the libraries matching filter.
+func selectLibs(all []lib, filter string) []lib {
+	if filter == "" {
+		return all
+	}
+	var out []lib
+	for i, l := range all {
+		name := strings.ToLower(l.name())
+		if i == 0 || slices.ContainsFunc(strings.Split(strings.ToLower(filter), ","), func(f string) bool {
+			return f != "" && strings.Contains(name, strings.TrimSpace(f))
+		}) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func selectScenarios(filter string) ([]scenario, error) {
+	if filter == "" {
+		return scenarios, nil
+	}
+	var out []scenario
+	for id := range strings.SplitSeq(filter, ",") {
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.id == strings.TrimSpace(id) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q", id)
+		}
+		out = append(out, scenarios[i])
+	}
+	return out, nil
+}
+
+// redactURL drops any password from a Redis URL before printing it.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

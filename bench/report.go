@@ -1,0 +1,298 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A table is printed as a Markdown table with padded columns, readable in
+// a terminal and ready to paste.
+type table struct {
+	title  string
+	header []string
+	rows   [][]string
+	notes  []string
+}
+
+func (t *table) print(w io.Writer) {
+	widths := make([]int, len(t.header))
+	for _, row := range append([][]string{t.header}, t.rows...) {
+		for i, cell := range row {
+			widths[i] = max(widths[i], len([]rune(cell)))
+		}
+	}
+	line := func(cells []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for i, cell := range cells {
+			pad := strings.Repeat(" ", widths[i]-len([]rune(cell)))
+			if i == 0 {
+				b.WriteString(" " + cell + pad + " |")
+			} else {
+				b.WriteString(" " + pad + cell + " |")
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	fmt.Fprintf(w, "\n### %s\n\n", t.title)
+	line(t.header)
+	sep := make([]string, len(widths))
+	for i, n := range widths {
+		if i == 0 {
+			sep[i] = strings.Repeat("-", n+2)
+		} else {
+			sep[i] = strings.Repeat("-", n+1) + ":" // right-aligned
+		}
+	}
+	fmt.Fprintln(w, "|"+strings.Join(sep, "|")+"|")
+	for _, row := range t.rows {
+		line(row)
+	}
+	for _, n := range t.notes {
+		fmt.Fprintln(w, "- "+n)
+	}
+}
+
+// report turns one scenario's results into a table. The first result is
+// the baseline when it is the raw library.
+func report(sc scenario, results []*result, rtt time.Duration) *table {
+	var base *result
+	if len(results) > 0 {
+		if _, ok := results[0].lib.(rawLib); ok && results[0].err == nil && results[0].ops > 0 {
+			base = results[0]
+		}
+	}
+	t := &table{title: sc.title}
+	if sc.contended {
+		t.header = []string{"library", "handoffs/s", "to another/s", "gap p50", "gap p99", "gap max", "p50/p99 in RTTs",
+			"requests/acq", "commands/acq", "acq/worker min/mean/max", "share per instance", "releaser again", "hold / release mean", "gave up", "errors", "violations"}
+	} else {
+		t.header = []string{"library", "cycles/s", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "gave up", "errors"}
+	}
+	for _, r := range results {
+		if r.err != nil {
+			t.rows = append(t.rows, append([]string{r.lib.name(), "FAILED"}, make([]string, len(t.header)-2)...))
+			t.notes = append(t.notes, fmt.Sprintf("%s: %v", r.lib.name(), r.err))
+			continue
+		}
+		if r.firstErr != "" {
+			t.notes = append(t.notes, fmt.Sprintf("%s: first error: %s", r.lib.name(), r.firstErr))
+		}
+		if r.lat.n > 0 && float64(r.nonPositive) >= 0.005*float64(r.lat.n) {
+			t.notes = append(t.notes, fmt.Sprintf("%s: %.0f%% of gaps were <= 0 (counted as 0): the next Obtain returned before the Release call did",
+				r.lib.name(), 100*float64(r.nonPositive)/float64(r.lat.n)))
+		}
+		if r.unmatched > 0 {
+			t.notes = append(t.notes, fmt.Sprintf("%s: %d gaps not measured (the previous Release had not returned after the hold)", r.lib.name(), r.unmatched))
+		}
+		if sc.contended {
+			t.rows = append(t.rows, contendedRow(r, base, rtt, sc.lockers))
+		} else {
+			t.rows = append(t.rows, cycleRow(r, base))
+		}
+	}
+	if base == nil {
+		t.notes = append(t.notes, "no raw baseline in this run: ratios omitted")
+	}
+	return t
+}
+
+func cycleRow(r, base *result) []string {
+	row := []string{
+		r.lib.name(),
+		withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate)),
+		withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
+		withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
+		fmtDur(maxOf(r.lat)),
+		withRatio(fmtFloat(r.perOp(float64(r.mallocs))), r.perOp(float64(r.mallocs)), baseOf(base, func(b *result) float64 { return b.perOp(float64(b.mallocs)) })),
+		withRatio(fmtFloat(r.perOp(float64(r.server.reads))), r.perOp(float64(r.server.reads)), baseOf(base, reads)),
+		strconv.FormatInt(r.gaveUp, 10),
+		strconv.FormatInt(r.errs, 10),
+	}
+	return row
+}
+
+func contendedRow(r, base *result, rtt time.Duration, instances int) []string {
+	lo, mean, hi := spread(r.perWorker)
+	same := "-"
+	if r.sameOf > 0 {
+		same = fmt.Sprintf("%.0f%%", 100*float64(r.same)/float64(r.sameOf))
+	}
+	inRTT := "-"
+	if rtt > 0 && r.lat.n > 0 {
+		inRTT = fmt.Sprintf("%.1f / %.1f", float64(r.lat.quantile(0.5))/float64(rtt), float64(r.lat.quantile(0.99))/float64(rtt))
+	}
+	return []string{
+		r.lib.name(),
+		withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate)),
+		withRatio(fmtInt(r.toAnotherRate()), r.toAnotherRate(), baseOf(base, (*result).toAnotherRate)),
+		withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
+		withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
+		fmtDur(maxOf(r.lat)),
+		inRTT,
+		withRatio(fmtFloat(r.perOp(float64(r.server.reads))), r.perOp(float64(r.server.reads)), baseOf(base, reads)),
+		withRatio(fmtFloat(r.perOp(float64(r.server.calls))), r.perOp(float64(r.server.calls)), baseOf(base, calls)),
+		fmt.Sprintf("%d / %.0f / %d", lo, mean, hi),
+		instanceShares(r.perWorker, instances),
+		same,
+		fmt.Sprintf("%s / %s", fmtDur(r.perAcq(r.holdSum)), fmtDur(r.perAcq(r.releaseSum))),
+		strconv.FormatInt(r.gaveUp, 10),
+		strconv.FormatInt(r.errs, 10),
+		strconv.FormatInt(r.violations, 10),
+	}
+}
+
+func (r *result) rate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ops) / r.elapsed.Seconds()
+}
+
+// toAnotherRate is the rate of acquisitions by another goroutine than the
+// one that released just before.
+func (r *result) toAnotherRate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.sameOf-r.same) / r.elapsed.Seconds()
+}
+
+// perOp divides a window total by the operations in the window.
+func (r *result) perOp(total float64) float64 {
+	if r.ops == 0 {
+		return -1
+	}
+	return total / float64(r.ops)
+}
+
+// perAcq divides a window total time by the acquisitions, or -1.
+func (r *result) perAcq(total time.Duration) time.Duration {
+	if r.ops == 0 {
+		return -1
+	}
+	return total / time.Duration(r.ops)
+}
+
+func p50(r *result) float64   { return secs(r.lat.quantile(0.5)) }
+func p99(r *result) float64   { return secs(r.lat.quantile(0.99)) }
+func reads(r *result) float64 { return r.perOp(float64(r.server.reads)) }
+func calls(r *result) float64 { return r.perOp(float64(r.server.calls)) }
+
+func secs(d time.Duration) float64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Seconds()
+}
+
+func maxOf(h *hist) time.Duration {
+	if h.n == 0 {
+		return -1
+	}
+	return h.max
+}
+
+// baseOf returns f(base), or -1 when there is no baseline.
+func baseOf(base *result, f func(*result) float64) float64 {
+	if base == nil {
+		return -1
+	}
+	return f(base)
+}
+
+// withRatio appends "(v/baseline x)" to a cell when both are known.
+func withRatio(cell string, v, baseline float64) string {
+	if v < 0 || baseline <= 0 {
+		return cell
+	}
+	ratio := v / baseline
+	switch {
+	case ratio >= 100:
+		return fmt.Sprintf("%s (%.0fx)", cell, ratio)
+	case ratio >= 10:
+		return fmt.Sprintf("%s (%.1fx)", cell, ratio)
+	default:
+		return fmt.Sprintf("%s (%.2fx)", cell, ratio)
+	}
+}
+
+// instanceShares returns each instance's share of the acquisitions;
+// worker i uses instance i % instances.
+func instanceShares(perWorker []int64, instances int) string {
+	sums := make([]int64, instances)
+	var total int64
+	for i, n := range perWorker {
+		sums[i%instances] += n
+		total += n
+	}
+	if total == 0 {
+		return "-"
+	}
+	parts := make([]string, instances)
+	for i, n := range sums {
+		parts[i] = fmt.Sprintf("%.0f%%", 100*float64(n)/float64(total))
+	}
+	return strings.Join(parts, " / ")
+}
+
+func spread(xs []int64) (lo int64, mean float64, hi int64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	var sum int64
+	for _, x := range xs {
+		sum += x
+	}
+	return slices.Min(xs), float64(sum) / float64(len(xs)), slices.Max(xs)
+}
+
+func fmtDur(d time.Duration) string {
+	us := float64(d) / float64(time.Microsecond)
+	switch {
+	case d < 0:
+		return "-"
+	case d == 0:
+		return "0"
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.1fµs", us)
+	case d < 999500*time.Nanosecond: // would round to "1000µs"
+		return fmt.Sprintf("%.0fµs", us)
+	case d < 9995*time.Microsecond:
+		return fmt.Sprintf("%.2fms", us/1000)
+	case d < 999950*time.Microsecond:
+		return fmt.Sprintf("%.1fms", us/1000)
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
+
+func fmtFloat(v float64) string {
+	switch {
+	case v < 0:
+		return "-"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// fmtInt formats v rounded, with thousands separators.
+func fmtInt(v float64) string {
+	s := strconv.FormatInt(int64(v+0.5), 10)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A scenario is one workload, run for every library in turn.
+type scenario struct {
+	id        string // for -scenarios
+	title     string
+	contended bool // all workers on one key, holding it for the hold time
+	workers   int
+	lockers   int // instances of the library, each with its own client; workers are dealt round-robin
+}
+
+var scenarios = []scenario{
+	{id: "serial", title: "1. Serial, uncontended: Obtain + Release on one key, one goroutine", workers: 1, lockers: 1},
+	{id: "parallel", title: "2. 64 goroutines on 64 distinct keys, one instance", workers: 64, lockers: 1},
+	{id: "contended16", title: "3. 16 goroutines over 2 instances (8 each) contending on one key", contended: true, workers: 16, lockers: 2},
+	{id: "contended256", title: "4. 256 goroutines over 2 instances (128 each) contending on one key", contended: true, workers: 256, lockers: 2},
+}
+
+// stopGrace bounds how long workers may take to stop once the measured
+// window has ended and their contexts are cancelled.
+const stopGrace = 15 * time.Second
+
+// A bench holds what every run needs.
+type bench struct {
+	admin   *redis.Client // INFO and FLUSHALL only, never in the measured traffic
+	url     string
+	warmup  time.Duration // run, unmeasured, before the window
+	measure time.Duration // the measured window
+	hold    time.Duration // how long a contended worker holds the lock
+}
+
+// A result is one library's figures for one scenario, over the measured
+// window only.
+type result struct {
+	lib     lib
+	elapsed time.Duration
+	// ops counts Obtain+Release cycles, or acquisitions when contended.
+	ops int64
+	// lat is the cycle latency, or when contended the handoff gap.
+	lat     *hist
+	mallocs uint64
+	server  counters // sent to Redis in the window
+	// Contended only.
+	perWorker   []int64
+	same        int64 // acquisitions by the goroutine that released just before
+	sameOf      int64 // acquisitions that had a previous holder
+	violations  int64
+	unmatched   int64         // gaps not measured: the previous release was not yet recorded
+	nonPositive int64         // gaps <= 0: the next Obtain returned before the Release did
+	holdSum     time.Duration // time actually held (the hold sleep overshoots)
+	releaseSum  time.Duration // time spent in Release calls
+	// Obtain calls that gave up inside the window (retry budget spent),
+	// and failures of any other kind, with the first one's text.
+	gaveUp   int64
+	errs     int64
+	firstErr string
+	// err is set when the run itself failed; the figures are then void.
+	err error
+}
+
+// workerStats is one worker's share of a result; merged after the run.
+type workerStats struct {
+	lat                          hist
+	ops, same, sameOf, unmatched int64
+	nonPositive                  int64
+	holdSum, releaseSum          time.Duration
+	gaveUp, errs                 int64
+	firstErr                     error
+}
+
+func (st *workerStats) fail(err error) {
+	if st.errs == 0 {
+		st.firstErr = err
+	}
+	st.errs++
+}
+
+// window tells the workers which phase the run is in.
+type window struct {
+	phase atomic.Int32 // 0 warming up, 1 measuring, 2 over
+	end   time.Time    // end of the measured window; obtain ctx deadline
+}
+
+func (w *window) counts(t time.Time) bool { return w.phase.Load() == 1 && t.Before(w.end) }
+
+// contention is the state the contended workers share.
+type contention struct {
+	base       time.Time    // origin of the monotonic timestamps below
+	inCS       atomic.Int64 // goroutines inside the critical section
+	violations atomic.Int64
+	waiting    atomic.Int64 // goroutines inside obtain
+	seq        atomic.Int64 // acquisitions so far; numbers them
+	lastHolder atomic.Int64 // worker id of the latest acquisition, -1 at first
+	// releases[s%len] records when acquisition s's Release returned, so
+	// that acquisition s+1 can measure its gap even when its Obtain
+	// returned before that Release did.
+	releases [1024]releaseMark
+}
+
+type releaseMark struct {
+	seq    atomic.Int64 // the acquisition this mark is for; stored last
+	at     atomic.Int64 // nanoseconds since base
+	waited atomic.Bool  // another goroutine was waiting when it was released
+}
+
+// run runs one scenario for one library: a warm-up, then the measured
+// window, then it waits for every worker to stop.
+func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
+	res := &result{lib: l, lat: new(hist)}
+	if err := b.admin.FlushAll(ctx).Err(); err != nil {
+		res.err = fmt.Errorf("FLUSHALL: %w", err)
+		return res
+	}
+	lockers, err := openLockers(ctx, l, b.url, sc.lockers)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer func() {
+		for _, lk := range lockers {
+			lk.close()
+		}
+	}()
+
+	var w window
+	start := time.Now()
+	measureFrom := start.Add(b.warmup)
+	w.end = measureFrom.Add(b.measure)
+	obtainCtx, cancelObtain := context.WithDeadline(ctx, w.end)
+	defer cancelObtain()
+	// Releases must not fail because the window ended.
+	releaseCtx, cancelRelease := context.WithDeadline(context.WithoutCancel(ctx), w.end.Add(stopGrace))
+	defer cancelRelease()
+
+	stats := make([]workerStats, sc.workers)
+	c := &contention{base: start}
+	c.lastHolder.Store(-1)
+	for i := range c.releases {
+		c.releases[i].seq.Store(-1)
+	}
+	var timers []*holdTimer
+	defer func() {
+		for _, t := range timers {
+			t.close()
+		}
+	}()
+	if sc.contended {
+		for range sc.workers {
+			t, err := newHoldTimer()
+			if err != nil {
+				res.err = err
+				return res
+			}
+			timers = append(timers, t)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range sc.workers {
+		lk := lockers[i%len(lockers)]
+		st := &stats[i]
+		wg.Go(func() {
+			if sc.contended {
+				contendedWorker(obtainCtx, releaseCtx, &w, c, b.hold, timers[i], lk, int64(i), st)
+			} else {
+				cycleWorker(obtainCtx, releaseCtx, &w, lk, "bench:key:"+strconv.Itoa(i), st)
+			}
+		})
+	}
+
+	if err := sleepUntil(ctx, measureFrom); err != nil {
+		res.err = err
+	}
+	before, err := readCounters(ctx, b.admin)
+	res.err = errors.Join(res.err, err)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	from := time.Now()
+	w.phase.Store(1)
+
+	res.err = errors.Join(res.err, sleepUntil(ctx, w.end))
+	w.phase.Store(2)
+	runtime.ReadMemStats(&m1)
+	after, err := readCounters(ctx, b.admin)
+	res.err = errors.Join(res.err, err)
+	cancelObtain()
+
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopGrace):
+		// The goroutines are left running; main exits non-zero.
+		res.err = fmt.Errorf("workers still running %v after the window ended", stopGrace)
+		return res
+	}
+
+	res.elapsed = w.end.Sub(from)
+	res.mallocs = m1.Mallocs - m0.Mallocs
+	res.server = after.sub(before)
+	res.violations = c.violations.Load()
+	for i := range stats {
+		st := &stats[i]
+		res.lat.merge(&st.lat)
+		res.ops += st.ops
+		res.same += st.same
+		res.sameOf += st.sameOf
+		res.unmatched += st.unmatched
+		res.nonPositive += st.nonPositive
+		res.holdSum += st.holdSum
+		res.releaseSum += st.releaseSum
+		res.gaveUp += st.gaveUp
+		res.errs += st.errs
+		if st.firstErr != nil && res.firstErr == "" {
+			res.firstErr = st.firstErr.Error()
+		}
+		if sc.contended {
+			res.perWorker = append(res.perWorker, st.ops)
+		}
+	}
+	return res
+}
+
+// openLockers makes n instances of l and runs one uncontended cycle on
+// each, so that connections are open and scripts loaded before timing.
+func openLockers(ctx context.Context, l lib, url string, n int) ([]locker, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var lockers []locker
+	for i := range n {
+		lk, err := l.newLocker(url)
+		if err == nil {
+			var h held
+			if h, err = lk.obtain(ctx, "bench:prime:"+strconv.Itoa(i)); err == nil {
+				err = h.release(ctx)
+			}
+			if err != nil {
+				lk.close()
+			}
+		}
+		if err != nil {
+			for _, lk := range lockers {
+				lk.close()
+			}
+			return nil, fmt.Errorf("%s: prepare instance %d: %w", l.name(), i, err)
+		}
+		lockers = append(lockers, lk)
+	}
+	return lockers, nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// obtainFailed sorts a failed obtain. It reports whether the worker should
+// stop: the window is over.
+func obtainFailed(ctx context.Context, w *window, st *workerStats, err error) (stop bool) {
+	switch {
+	case ctx.Err() != nil:
+		return true
+	case errors.Is(err, errNotObtained):
+		if w.counts(time.Now()) {
+			st.gaveUp++
+		}
+	default:
+		st.fail(err)
+		time.Sleep(time.Millisecond) // do not spin on a broken server
+	}
+	return false
+}
+
+// cycleWorker obtains and releases key in a loop until the window ends,
+// recording the latency of each whole cycle.
+func cycleWorker(obtainCtx, releaseCtx context.Context, w *window, lk locker, key string, st *workerStats) {
+	for time.Now().Before(w.end) {
+		t0 := time.Now()
+		h, err := lk.obtain(obtainCtx, key)
+		if err != nil {
+			if obtainFailed(obtainCtx, w, st, err) {
+				return
+			}
+			continue
+		}
+		err = h.release(releaseCtx)
+		t1 := time.Now()
+		if err != nil {
+			st.fail(err)
+			continue
+		}
+		if w.counts(t1) {
+			st.ops++
+			st.lat.record(t1.Sub(t0))
+		}
+	}
+}
+
+// contendedWorker competes for the one key until the window ends. Each
+// acquisition checks mutual exclusion, holds the lock for hold, and
+// measures the handoff gap: from the previous holder's Release returning
+// to this Obtain returning, when someone was waiting at that release.
+func contendedWorker(obtainCtx, releaseCtx context.Context, w *window, c *contention, hold time.Duration, timer *holdTimer, lk locker, id int64, st *workerStats) {
+	const key = "bench:contended"
+	n := int64(len(c.releases))
+	for time.Now().Before(w.end) {
+		c.waiting.Add(1)
+		h, err := lk.obtain(obtainCtx, key)
+		c.waiting.Add(-1)
+		acquired := time.Now()
+		if err != nil {
+			if obtainFailed(obtainCtx, w, st, err) {
+				return
+			}
+			continue
+		}
+		if c.inCS.Add(1) != 1 {
+			c.violations.Add(1)
+		}
+		s := c.seq.Add(1)
+		prevHolder := c.lastHolder.Swap(id)
+		counted := w.counts(acquired)
+
+		if err := timer.sleep(hold); err != nil {
+			st.fail(fmt.Errorf("hold: %w", err))
+		}
+		releasing := time.Now()
+
+		// By now the previous holder's Release has returned and been
+		// recorded, even if this Obtain returned first.
+		if counted {
+			st.ops++
+			if prevHolder >= 0 {
+				st.sameOf++
+				if prevHolder == id {
+					st.same++
+				}
+			}
+			switch prev := &c.releases[(s-1)%n]; {
+			case prev.seq.Load() != s-1:
+				if s > 1 {
+					st.unmatched++
+				}
+			case prev.waited.Load():
+				gap := acquired.Sub(c.base) - time.Duration(prev.at.Load())
+				if gap <= 0 {
+					st.nonPositive++
+				}
+				st.lat.record(gap)
+			}
+		}
+		others := c.waiting.Load() > 0
+		c.inCS.Add(-1)
+		err = h.release(releaseCtx)
+		released := time.Since(c.base)
+		if counted {
+			st.holdSum += releasing.Sub(acquired)
+			st.releaseSum += released - releasing.Sub(c.base)
+		}
+		mark := &c.releases[s%n]
+		mark.at.Store(int64(released))
+		mark.waited.Store(others)
+		mark.seq.Store(s)
+		if err != nil {
+			st.fail(fmt.Errorf("release: %w", err))
+		}
+	}
+}
+
+// add folds o, another round of the same scenario and library, into r
+// and returns the sum; r may be nil.
+func (r *result) add(o *result) *result {
+	if r == nil {
+		return o
+	}
+	r.err = errors.Join(r.err, o.err)
+	r.elapsed += o.elapsed
+	r.ops += o.ops
+	r.lat.merge(o.lat)
+	r.mallocs += o.mallocs
+	r.server.reads += o.server.reads
+	r.server.calls += o.server.calls
+	for i, n := range o.perWorker {
+		if i < len(r.perWorker) {
+			r.perWorker[i] += n
+		}
+	}
+	r.same += o.same
+	r.sameOf += o.sameOf
+	r.violations += o.violations
+	r.unmatched += o.unmatched
+	r.nonPositive += o.nonPositive
+	r.holdSum += o.holdSum
+	r.releaseSum += o.releaseSum
+	r.gaveUp += o.gaveUp
+	r.errs += o.errs
+	if r.firstErr == "" {
+		r.firstErr = o.firstErr
+	}
+	return r
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Defaults of the flags every command shares.
+const (
+	defaultPrefix      = "locksmith:"
+	defaultURL         = "redis://localhost:6379/0"
+	defaultDialTimeout = 5 * time.Second
+	defaultTimeout     = 3 * time.Second
+)
+
+// connFlags are the flags every command shares: which lock, and where
+// Redis is.
+type connFlags struct {
+	key         string
+	redisURL    string // empty: $REDIS_URL, else defaultURL
+	prefix      string
+	dialTimeout time.Duration
+	timeout     time.Duration
+}
+
+func (c *connFlags) register(set *flag.FlagSet) {
+	set.StringVar(&c.key, "key", "", "`KEY` naming the lock, without the prefix (required)")
+	// The default is not taken from $REDIS_URL here, so that help never
+	// prints a URL with its password.
+	set.StringVar(&c.redisURL, "redis", "", "Redis `URL` (default $REDIS_URL, else "+defaultURL+")")
+	set.StringVar(&c.prefix, "prefix", defaultPrefix, "`PREFIX` of the lock's Redis key")
+	set.DurationVar(&c.dialTimeout, "dial-timeout", defaultDialTimeout, "how long to wait for a connection to Redis")
+	set.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long to wait for each Redis command's reply")
+}
+
+// check reports a missing or invalid shared flag.
+func (c *connFlags) check() error {
+	switch {
+	case c.key == "":
+		return errors.New("--key is required")
+	case c.dialTimeout <= 0:
+		return fmt.Errorf("--dial-timeout %v is not positive", c.dialTimeout)
+	case c.timeout <= 0:
+		return fmt.Errorf("--timeout %v is not positive", c.timeout)
+	}
+	return nil
+}
+
+// newFlagSet returns an empty flag set for the named command that reports
+// nothing itself: parseFlags does.
+func newFlagSet(name string) *flag.FlagSet {
+	set := flag.NewFlagSet("locksmith "+name, flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	set.Usage = func() {}
+	return set
+}
+
+// parseFlags parses args with set. When it returns false, the command must
+// stop and exit with the returned status: help was asked for (and printed)
+// or the flags were wrong (and the error printed).
+func (u *ui) parseFlags(set *flag.FlagSet, name string, args []string) (int, bool) {
+	err := set.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(u.stdout, commandHelp[name]())
+		return exitOK, false
+	default:
+		return u.usageError(name, err), false
+	}
+}
+
+// usageError reports a usage error of the named command and returns
+// exitUsage.
+func (u *ui) usageError(name string, err error) int {
+	u.errorf("%s: %v\nRun 'locksmith help %s' for usage.", name, err, name)
+	return exitUsage
+}
+
+// formatFlags lists the flags in set for a help text, with their defaults.
+func formatFlags(set *flag.FlagSet) string {
+	var b strings.Builder
+	set.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(&b, "  --%s", f.Name)
+		if arg != "" {
+			fmt.Fprintf(&b, " %s", strings.ToUpper(arg))
+		}
+		fmt.Fprintf(&b, "\n        %s", usage)
+		switch def := f.DefValue; {
+		case def == "" || def == "false" || def == "0s":
+		case isString(f):
+			fmt.Fprintf(&b, " (default %q)", def)
+		default:
+			fmt.Fprintf(&b, " (default %s)", def)
+		}
+		b.WriteString("\n")
+	})
+	return b.String()
+}
+
+func isString(f *flag.Flag) bool {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	_, ok = g.Get().(string)
+	return ok
+}

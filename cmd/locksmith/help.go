@@ -1,0 +1,172 @@
+package main
+
+import (
+	"flag"
+	"strings"
+)
+
+// mainUsage is the overview that "locksmith help" prints.
+const mainUsage = `locksmith runs a command under a distributed lock kept in Redis, so that of
+several hosts that start the same job (from the same crontab, say) only one
+runs it at a time.
+
+Usage:
+
+  locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
+  locksmith status  [flags] --key KEY [--json]
+  locksmith release [flags] --key KEY --force
+  locksmith help [COMMAND]
+  locksmith --version
+
+Commands:
+
+  run       obtain the lock, run COMMAND while renewing the lock, release it
+  status    show whether the lock is held, by which token, for how long
+  release   delete the lock, whoever holds it (needs --force)
+
+Redis:
+
+  The server is given by --redis URL or, so that the password is not in
+  argv for ps to show, by the environment variable REDIS_URL; without
+  either, redis://localhost:6379/0. locksmith never prints the password.
+
+    redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
+    rediss://...                 the same over TLS
+    unix:///PATH?db=N            a Unix socket
+
+  The lock KEY is stored at the Redis key PREFIX+KEY (--prefix, default
+  "locksmith:").
+
+Exit status:
+
+  0      COMMAND exited 0; run --skip-ok found the lock held elsewhere;
+         status or release succeeded
+  N      COMMAND exited with status N
+  128+N  COMMAND was killed by signal N, or locksmith got signal N
+         before COMMAND started
+  64     usage error: bad flags or arguments, or release without --force
+  69     Redis unreachable or answering errors; run runs nothing
+  75     the lock is held elsewhere (still, after --wait); run runs nothing
+  79     the lock was lost before COMMAND exited; COMMAND was stopped
+         if it was still running
+  126    COMMAND cannot be executed
+  127    COMMAND not found
+
+Run 'locksmith help COMMAND' for the flags and examples of a command.
+`
+
+const runIntro = `Usage: locksmith run [flags] --key KEY -- COMMAND [ARGS...]
+
+Run COMMAND while holding the lock KEY, so that of all the hosts sharing the
+Redis server only one runs such a COMMAND at a time.
+
+run tries once to obtain the lock, or with --wait waits for it. If it is
+held elsewhere, run prints one line to stderr, runs nothing and exits 75
+(0 with --skip-ok). If Redis cannot be reached or answers an error, run
+runs nothing and exits 69: it never takes an unknown answer for a free lock.
+
+With the lock, run starts COMMAND in a process group of its own, with the
+lock's KEY (without the prefix) in LOCKSMITH_KEY and this run's token (the
+lock's value in Redis) in LOCKSMITH_TOKEN, and renews the lock every third
+of --ttl. When COMMAND exits, run releases the lock and exits with
+COMMAND's status, or 128+N if signal N killed COMMAND.
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are
+passed on to COMMAND's process group; the lock is released once COMMAND
+has exited.
+
+If the lock is lost while COMMAND runs (deleted or taken, or not renewed
+before its TTL ran out because Redis could not be reached), run sends
+SIGTERM to COMMAND's process group, SIGKILL after --grace to whatever is
+left of it, and exits 79. It also exits 79 if it finds the lock gone when
+COMMAND has exited.
+
+If run itself is killed, even with SIGKILL, COMMAND is killed with
+SIGKILL too (on Linux), and the lock expires after --ttl; the processes
+COMMAND started are not, so a script should exec its last, long-running
+program. Processes that COMMAND leaves running in the background when it
+exits are not covered by the lock. COMMAND runs in the background as far
+as a terminal is concerned: it cannot read from the terminal.
+
+Flags:
+
+`
+
+const runExamples = `
+Examples:
+
+  # In the same crontab on every host: one of them builds the report.
+  locksmith run --key nightly-report -- /usr/local/bin/report --day yesterday
+
+  # Wait up to 5 minutes for the lock rather than skipping the run.
+  locksmith run --wait 5m --key migrate -- ./migrate.sh
+
+  # Password from the environment; a skipped run is not a failure.
+  REDIS_URL='rediss://:secret@redis.internal:6380/2' \
+    locksmith run --skip-ok --key backup -- /usr/local/bin/backup
+
+  # A pipeline as COMMAND; the script can log which run it is.
+  locksmith run --key export -- sh -c 'echo "run $LOCKSMITH_TOKEN"; pg_dump db | gzip >/srv/db.gz'
+`
+
+const statusIntro = `Usage: locksmith status [flags] --key KEY [--json]
+
+Show whether the lock KEY is free or held, and if it is held the holder's
+token and the time left before it expires unless renewed. status reads
+PREFIX+KEY with GET and PTTL and changes nothing. It exits 0 whether the
+lock is free or held, and 69 if Redis cannot be read.
+
+--json prints one object, such as
+  {"key":"backup","redis_key":"locksmith:backup","held":true,"token":"9f...","ttl_ms":27514}
+where token and ttl_ms are absent when the lock is free, and ttl_ms is -1
+for a key that has no expiry (one not set by locksmith).
+
+Flags:
+
+`
+
+const statusExamples = `
+Examples:
+
+  locksmith status --key nightly-report
+  locksmith status --key nightly-report --json | jq .held
+`
+
+const releaseIntro = `Usage: locksmith release [flags] --key KEY --force
+
+Delete the lock KEY, whoever holds it: the operator's escape hatch when a
+holder is stuck. release prints what it deleted (the holder's token and the
+time that was left); without --force it deletes nothing and exits 64.
+
+The holder is not asked. A locksmith run holding the lock finds out at its
+next renewal, within a third of its TTL, and stops its COMMAND as for any
+lost lock; a program using the Go library sees its lease context cancelled
+with ErrLockLost. Until then, both may run.
+
+Flags:
+
+`
+
+const releaseExamples = `
+Examples:
+
+  locksmith status --key nightly-report
+  locksmith release --key nightly-report --force
+`
+
+// commandHelp returns the help of each command, flags included.
+var commandHelp = map[string]func() string{
+	"run": func() string {
+		return helpText(runIntro, runFlagSet(new(runFlags)), runExamples)
+	},
+	"status": func() string {
+		return helpText(statusIntro, statusFlagSet(new(statusFlags)), statusExamples)
+	},
+	"release": func() string {
+		return helpText(releaseIntro, releaseFlagSet(new(releaseFlags)), releaseExamples)
+	},
+}
+
+func helpText(intro string, set *flag.FlagSet, examples string) string {
+	return strings.Join([]string{intro, formatFlags(set), examples}, "")
+}

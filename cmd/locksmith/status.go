@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+)
+
+// statusFlags are the flags of the status command.
+type statusFlags struct {
+	connFlags
+	json bool
+}
+
+func statusFlagSet(f *statusFlags) *flag.FlagSet {
+	set := newFlagSet("status")
+	f.connFlags.register(set)
+	set.BoolVar(&f.json, "json", false, "print one JSON object rather than a sentence")
+	return set
+}
+
+// status implements "locksmith status".
+func (u *ui) status(args []string) int {
+	var f statusFlags
+	set := statusFlagSet(&f)
+	if code, ok := u.parseFlags(set, "status", args); !ok {
+		return code
+	}
+	if err := f.check(); err != nil {
+		return u.usageError("status", err)
+	}
+	if set.NArg() > 0 {
+		return u.usageError("status", fmt.Errorf("unexpected argument %q", set.Arg(0)))
+	}
+	client, addr, err := u.connect(&f.connFlags)
+	if err != nil {
+		return u.usageError("status", err)
+	}
+	defer client.Close()
+
+	st, err := inspect(context.Background(), client, &f.connFlags, false)
+	if err != nil {
+		u.errorf("cannot read lock %q from Redis at %s: %v", f.key, addr, err)
+		return exitRedis
+	}
+	if f.json {
+		out, err := json.Marshal(st)
+		if err != nil {
+			panic(err) // lockState always marshals
+		}
+		fmt.Fprintf(u.stdout, "%s\n", out)
+		return exitOK
+	}
+	fmt.Fprintln(u.stdout, st.describe())
+	return exitOK
+}

@@ -1,0 +1,133 @@
+//go:build unix
+
+package main_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// statusJSON is what status --json prints.
+type statusJSON struct {
+	Key       string `json:"key"`
+	RedisKey  string `json:"redis_key"`
+	Held      bool   `json:"held"`
+	Token     string `json:"token"`
+	TTLMillis *int64 `json:"ttl_ms"`
+}
+
+func status(t *testing.T, url, key string) statusJSON {
+	t.Helper()
+	code, stdout, stderr := locksmith(t, nil, "status", "--redis", url, "--key", key, "--json")
+	if code != 0 {
+		t.Fatalf("status --json: exit %d, stderr %q", code, stderr)
+	}
+	var st statusJSON
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		t.Fatalf("status --json printed %q: %v", stdout, err)
+	}
+	if st.Key != key || st.RedisKey != "locksmith:"+key {
+		t.Errorf("status --json: key %q, redis_key %q; want %q, %q", st.Key, st.RedisKey, key, "locksmith:"+key)
+	}
+	return st
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	ctx := t.Context()
+
+	t.Run("free", func(t *testing.T) {
+		key := uniqueKey(t)
+		if st := status(t, url, key); st.Held || st.Token != "" || st.TTLMillis != nil {
+			t.Errorf("free lock: %+v, want held false and no token or ttl_ms", st)
+		}
+		code, stdout, _ := locksmith(t, nil, "status", "--redis", url, "--key", key)
+		if code != 0 || !strings.Contains(stdout, "is free") {
+			t.Errorf("status: exit %d, stdout %q; want 0 and free", code, stdout)
+		}
+	})
+
+	t.Run("held", func(t *testing.T) {
+		key := uniqueKey(t)
+		client.Set(ctx, "locksmith:"+key, "tok-123", time.Minute)
+		st := status(t, url, key)
+		if !st.Held || st.Token != "tok-123" || st.TTLMillis == nil || *st.TTLMillis <= 0 || *st.TTLMillis > 60000 {
+			t.Errorf("held lock: %+v, want held by tok-123 with ttl_ms in (0, 60000]", st)
+		}
+		code, stdout, _ := locksmith(t, nil, "status", "--redis", url, "--key", key)
+		if code != 0 || !strings.Contains(stdout, `is held by token "tok-123"`) || !strings.Contains(stdout, "s left") {
+			t.Errorf("status: exit %d, stdout %q; want 0, the token and the time left", code, stdout)
+		}
+	})
+
+	t.Run("no expiry", func(t *testing.T) {
+		key := uniqueKey(t)
+		client.Set(ctx, "locksmith:"+key, "forever", 0)
+		t.Cleanup(func() { client.Del(ctx, "locksmith:"+key) })
+		if st := status(t, url, key); !st.Held || st.TTLMillis == nil || *st.TTLMillis != -1 {
+			t.Errorf("lock without expiry: %+v, want held with ttl_ms -1", st)
+		}
+	})
+
+	t.Run("held by run", func(t *testing.T) {
+		key, dir := uniqueKey(t), t.TempDir()
+		p := start(t, nil, append([]string{"run", "--redis", url, "--key", key, "--ttl", "10s", "--"},
+			script(dir, `echo "$LOCKSMITH_TOKEN" > "$1/token"; while [ ! -e "$1/proceed" ]; do sleep 0.05; done`)...)...)
+		eventually(t, 20*time.Second, func() bool { return strings.HasSuffix(readFile(t, dir+"/token"), "\n") },
+			"the command did not start")
+		st := status(t, url, key)
+		if want := strings.TrimSpace(readFile(t, dir+"/token")); !st.Held || st.Token != want || *st.TTLMillis > 10000 {
+			t.Errorf("status of a run's lock: %+v, want held by %q with at most 10s left", st, want)
+		}
+		touch(t, dir+"/proceed")
+		p.expect(t, 0)
+		if st := status(t, url, key); st.Held {
+			t.Errorf("status after the run: %+v, want free", st)
+		}
+	})
+
+	t.Run("Redis down", func(t *testing.T) {
+		code, stdout, stderr := locksmith(t, nil, "status", "--redis", "redis://"+closedPort(t), "--key", "k", "--json")
+		if code != 69 || stdout != "" || !strings.Contains(stderr, "connection refused") {
+			t.Errorf("exit %d, stdout %q, stderr %q; want 69, nothing on stdout, a connection error", code, stdout, stderr)
+		}
+	})
+}
+
+func TestReleaseForce(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	ctx := t.Context()
+	key := uniqueKey(t)
+	rkey := "locksmith:" + key
+	client.Set(ctx, rkey, "tok-456", time.Minute)
+
+	code, stdout, stderr := locksmith(t, nil, "release", "--redis", url, "--key", key)
+	if code != 64 || stdout != "" || !strings.Contains(stderr, "--force") {
+		t.Errorf("release without --force: exit %d, stdout %q, stderr %q; want 64 and a hint", code, stdout, stderr)
+	}
+	if client.Exists(ctx, rkey).Val() != 1 {
+		t.Fatal("release without --force deleted the lock")
+	}
+
+	code, stdout, stderr = locksmith(t, nil, "release", "--redis", url, "--key", key, "--force")
+	if code != 0 || !strings.Contains(stdout, "deleted") || !strings.Contains(stdout, `"tok-456"`) || !strings.Contains(stdout, rkey) {
+		t.Errorf("release --force: exit %d, stdout %q, stderr %q; want 0 and what was deleted", code, stdout, stderr)
+	}
+	if client.Exists(ctx, rkey).Val() != 0 {
+		t.Error("release --force left the lock")
+	}
+
+	code, stdout, _ = locksmith(t, nil, "release", "--redis", url, "--key", key, "--force")
+	if code != 0 || !strings.Contains(stdout, "nothing deleted") {
+		t.Errorf("release --force of a free lock: exit %d, stdout %q; want 0 and nothing deleted", code, stdout)
+	}
+
+	code, _, stderr = locksmith(t, nil, "release", "--redis", "redis://"+closedPort(t), "--key", key, "--force")
+	if code != 69 || !strings.Contains(stderr, "connection refused") {
+		t.Errorf("release --force, Redis down: exit %d, stderr %q; want 69", code, stderr)
+	}
+}

@@ -1,0 +1,100 @@
+package locksmith_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+func TestFencesIncrease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		lockers := []*locksmith.Locker{
+			locksmith.New(b.client(t), locksmith.WithFencing()),
+			locksmith.New(b.client(t), locksmith.WithFencing()),
+		}
+		var last int64
+		for i := range 20 {
+			lk, err := lockers[i%2].Obtain(ctx, key)
+			require.NoError(t, err)
+			require.Greater(t, lk.Fence(), last, "fence %d did not increase", i)
+			last = lk.Fence()
+			require.NoError(t, lk.Release(ctx))
+		}
+		// The counter shares the lock's slot and never expires.
+		counter := "{" + key + "}:fence"
+		require.Equal(t, time.Duration(-1), raw.TTL(ctx, counter).Val())
+
+		// Without fencing, no token and no counter.
+		plain := uniqueKey(t)
+		lk, err := locksmith.New(b.client(t)).Obtain(ctx, plain)
+		require.NoError(t, err)
+		require.Zero(t, lk.Fence())
+		require.Zero(t, raw.Exists(ctx, "{"+plain+"}:fence").Val())
+		require.NoError(t, lk.Release(ctx))
+
+		// A per-call option turns it on.
+		lk, err = locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithFencing())
+		require.NoError(t, err)
+		require.Greater(t, lk.Fence(), last)
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+func TestFencesIncreaseAfterCounterLoss(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := t.Context()
+	key := uniqueKey(t)
+	l := locksmith.New(srv.Client(t), locksmith.WithFencing())
+	lk, err := l.Obtain(ctx, key)
+	require.NoError(t, err)
+	old := lk.Fence()
+
+	// Redis restarts empty while the lock is held: the counter is gone,
+	// yet the next holder's fence is above the old one's, so a resource
+	// that saw the old holder's writes accepts the new holder's and
+	// rejects the old holder's from then on.
+	require.NoError(t, srv.Restart())
+	next, err := l.Obtain(ctx, key)
+	require.NoError(t, err)
+	require.Greater(t, next.Fence(), old)
+	require.NoError(t, next.Release(ctx))
+	require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld)
+}
+
+func TestResentFencedAcquireKeepsItsFence(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		f := &fault{}
+		l := locksmith.New(b.client(t, f), locksmith.WithFencing())
+		f.resend.Store(true)
+		lk, err := l.Obtain(ctx, key)
+		f.resend.Store(false)
+		require.NoError(t, err)
+		counter, err := raw.Get(ctx, "{"+key+"}:fence").Int64()
+		require.NoError(t, err)
+		require.Equal(t, counter, lk.Fence(), "the resend must report the fence the first delivery took")
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+func TestFenceReachableFromWithLock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		l := locksmith.New(b.client(t), locksmith.WithFencing())
+		var fence int64
+		require.NoError(t, l.WithLock(t.Context(), uniqueKey(t), func(ctx context.Context) error {
+			fence = locksmith.LockFromContext(ctx).Fence()
+			return nil
+		}))
+		require.Positive(t, fence)
+	})
+}

@@ -1,0 +1,242 @@
+package locksmith
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultDoneTTL is how long Once keeps a completion record when no
+// WithDoneTTL option is given.
+const DefaultDoneTTL = 24 * time.Hour
+
+// doneSuffix names a completion record after its lock key: see Once.
+const doneSuffix = ":done"
+
+var (
+	//go:embed complete.lua
+	completeSrc    string
+	completeScript = redis.NewScript(completeSrc)
+)
+
+// WithDoneTTL sets how long Once keeps the record that a job completed, and
+// so how long it refuses to run the same key again. It must be at least
+// 1ms; sub-millisecond parts are dropped. The default is DefaultDoneTTL,
+// 24 hours. Other calls ignore it.
+func WithDoneTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: done TTL %v is under 1ms", ErrInvalidArgument, d)
+		}
+		c.doneTTL = d.Truncate(time.Millisecond)
+		return nil
+	})
+}
+
+// A Completion is the record Once keeps of a job that completed.
+type Completion struct {
+	// At is when the job completed, by the clock of the process that ran
+	// it, in UTC.
+	At time.Time
+	// By names the process that ran the job: its host name and process
+	// id, as "host:pid".
+	By string
+	// Token is the token of the lock the job ran under (see Lock.Token).
+	Token string
+}
+
+// completionRecord is how a Completion is stored in Redis, as JSON.
+type completionRecord struct {
+	CompletedAt time.Time `json:"completed_at"`
+	By          string    `json:"by"`
+	Token       string    `json:"token"`
+}
+
+// processIdentity returns "host:pid" for this process.
+var processIdentity = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+})
+
+// errAlreadyDone stops Once's function when the record turns up after the
+// lock was obtained; Once does not return it.
+var errAlreadyDone = errors.New("locksmith: already done")
+
+// Once runs fn under the lock on key, as WithLock does, unless the job
+// that key names has already completed. It is for work that must happen
+// once per key, such as the report for one day, when several servers run
+// the same schedule or a scheduler may fire twice.
+//
+// Once first looks for the key's completion record, in one read, and if
+// there is one it returns (false, nil) without taking the lock. Otherwise
+// it obtains the lock (following the options, retry strategy included),
+// looks for the record again, since a holder it waited for may just have
+// completed the job, and runs fn with a lease context, as WithLock does.
+// When fn returns nil, one script writes the record and deletes the lock,
+// only if the lock is still held, so there is no moment when the lock is
+// free and the record missing. The record is kept for the retention set by
+// WithDoneTTL (DefaultDoneTTL, 24 hours, by default); once it has expired,
+// the job runs again on the next call.
+//
+// ran reports whether this call ran fn. The job is done and recorded only
+// when err is nil; ran then tells whether this call did it or an earlier
+// one did.
+//
+// When someone else holds the lock and the retry strategy gives up (the
+// default, NoRetry, gives up at once), Once returns an error matching
+// ErrNotObtained, without running fn, as WithLock does: the holder may
+// still fail. Wait with WithRetry to learn how the holder fared; a waiter
+// that obtains the lock after the job completed finds the record and
+// returns (false, nil). If ctx ends before the lock is obtained, the error
+// matches both ErrNotObtained and ctx.Err().
+//
+// No record is written, and the lock is released as WithLock releases it,
+// when fn returns an error (Once returns it), when fn panics (the panic is
+// passed on after the release), or when the lock was lost before the
+// record could be written: then the error matches ErrLockLost, even if fn
+// returned nil, because the job may have run concurrently elsewhere. A
+// later call runs the job again, so fn must stop when its context is done,
+// and should be safe to repeat. Any other error means Redis could not
+// answer; if the final script failed that way, the record may or may not
+// have been written, which Done tells.
+//
+// The record lives in the lock key's Redis Cluster slot, at the lock key
+// (prefix+key) with ":done" appended when the lock key contains a hash tag
+// ("{order:42}:ship" records at "{order:42}:ship:done"), and otherwise at
+// the lock key in braces with ":done" appended ("report:2026-11-30" records
+// at "{report:2026-11-30}:done"). A lock key that contains a '}' but no
+// hash tag, such as "a}b", records at the lock key with ":done" and four
+// characters appended that place it in the same slot.
+func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (ran bool, err error) {
+	if fn == nil {
+		return false, fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	cfg, st, doneKey, err := l.onceConfig(key, opts)
+	if err != nil {
+		return false, err
+	}
+	if ctx.Err() != nil {
+		return false, notObtained(ctx, key)
+	}
+	if _, done, err := st.record(ctx, doneKey); err != nil {
+		if ctx.Err() != nil {
+			return false, notObtained(ctx, key)
+		}
+		return false, fmt.Errorf("locksmith: read completion record of %q: %w", key, err)
+	} else if done {
+		return false, nil
+	}
+	err = l.withLock(ctx, key, &cfg, func(ctx context.Context) error {
+		if _, done, err := st.record(ctx, doneKey); err != nil {
+			return fmt.Errorf("locksmith: read completion record of %q: %w", key, err)
+		} else if done {
+			return errAlreadyDone
+		}
+		ran = true
+		return fn(ctx)
+	}, func(ctx context.Context, lk *Lock) error {
+		record, err := json.Marshal(completionRecord{
+			CompletedAt: time.Now().UTC(),
+			By:          processIdentity(),
+			Token:       lk.Token(),
+		})
+		if err != nil {
+			return err
+		}
+		return lk.complete(ctx, st, doneKey, string(record), cfg.doneTTL)
+	})
+	if errors.Is(err, errAlreadyDone) {
+		// Whatever happened to the lock since, the job is done.
+		return false, nil
+	}
+	return ran, err
+}
+
+// Done returns the completion record Once keeps for key, for status pages
+// and operators. ok is false when there is none: the job has not completed,
+// or its record has expired. The options are checked as for Once, but only
+// the prefix matters. Done sends one GET.
+//
+// An error means Redis could not answer, or the key holds something Once
+// did not write; Once takes any value there as a record.
+func (l *Locker) Done(ctx context.Context, key string, opts ...Option) (c Completion, ok bool, err error) {
+	_, st, doneKey, err := l.onceConfig(key, opts)
+	if err != nil {
+		return Completion{}, false, err
+	}
+	value, ok, err := st.record(ctx, doneKey)
+	if err != nil {
+		return Completion{}, false, fmt.Errorf("locksmith: read completion record of %q: %w", key, err)
+	}
+	if !ok {
+		return Completion{}, false, nil
+	}
+	var r completionRecord
+	if err := json.Unmarshal([]byte(value), &r); err != nil {
+		return Completion{}, false, fmt.Errorf("locksmith: completion record of %q at %q is not one Once wrote: %w", key, doneKey, err)
+	}
+	return Completion{At: r.CompletedAt, By: r.By, Token: r.Token}, true, nil
+}
+
+// onceConfig resolves the options for a call of Once or Done on key, and
+// returns the store and the key of the completion record.
+func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, string, error) {
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		return config{}, nil, "", err
+	}
+	st, ok := l.store.(onceStore)
+	if !ok {
+		return config{}, nil, "", fmt.Errorf("%w: this Locker's store keeps no completion records", ErrInvalidArgument)
+	}
+	rkey := cfg.prefix + key
+	return cfg, st, slotKey(rkey, doneSuffix), nil
+}
+
+// complete ends a lock whose job completed, as Release does, but with one
+// script that writes the completion record and deletes the lock, only if
+// the lock is still held. It returns an error matching ErrNotHeld, having
+// written nothing, when the lock had expired or been taken.
+func (lk *Lock) complete(ctx context.Context, st onceStore, doneKey, record string, retention time.Duration) error {
+	return lk.finish(ctx, "record completion of", func(ctx context.Context, lk *Lock) (bool, error) {
+		return st.complete(ctx, lk.rkey, lk.token, doneKey, record, retention)
+	})
+}
+
+// A onceStore is a store that keeps completion records for Once. A record
+// lives in the same cluster slot as its lock.
+type onceStore interface {
+	// record returns the value of the record at doneKey, if there is one.
+	record(ctx context.Context, doneKey string) (value string, ok bool, err error)
+	// complete sets doneKey to record with the retention, deletes rkey
+	// and announces the release to waiters, in one step, if rkey holds
+	// token; it reports whether it did. A resent call whose first delivery
+	// did it reports true.
+	complete(ctx context.Context, rkey, token, doneKey, record string, retention time.Duration) (bool, error)
+}
+
+var _ onceStore = scriptStore{}
+
+func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, error) {
+	v, err := s.client.Get(ctx, doneKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	return v, err == nil, err
+}
+
+func (s scriptStore) complete(ctx context.Context, rkey, token, doneKey, record string, retention time.Duration) (bool, error) {
+	res, err := completeScript.Run(ctx, s.client, []string{rkey, doneKey}, token, record, retention.Milliseconds(), releaseChannel(rkey)).Int64()
+	return res == 1, err
+}
