@@ -24,6 +24,11 @@ var (
 	// acquire reply arrived after the lock's validity had already run out.
 	ErrLockLost = errors.New("locksmith: lock lost")
 
+	// ErrNotReplicated means Obtain took the lock but fewer replicas than
+	// WithReplicas asks for acknowledged it in time, so Obtain released it
+	// again. Like a Redis failure, it does not match ErrNotObtained.
+	ErrNotReplicated = errors.New("locksmith: not acknowledged by enough replicas")
+
 	// ErrInvalidArgument means a key, option or argument was rejected before
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("locksmith: invalid argument")

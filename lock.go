@@ -237,7 +237,10 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 	if cfg.fencing {
 		fenceKey = slotKey(rkey, fenceSuffix)
 	}
-	ok, fence, holderTTL, err := l.store.acquire(ctx, rkey, fenceKey, token, cfg.ttl)
+	res, err := l.store.acquire(ctx, acquireReq{
+		rkey: rkey, fenceKey: fenceKey, token: token, ttl: cfg.ttl,
+		replicas: cfg.replicas, replicaWait: cfg.replicaWait,
+	})
 	if err != nil {
 		if mayHaveLanded(err) {
 			deleteIfOwned(ctx, l.store, rkey, token)
@@ -249,15 +252,15 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 		}
 		return nil, 0, fmt.Errorf("locksmith: obtain %q: %w", key, err)
 	}
-	if !ok {
-		return nil, holderTTL, nil
+	if !res.ok {
+		return nil, res.holderTTL, nil
 	}
 	lk := &Lock{
 		store:    l.store,
 		key:      key,
 		rkey:     rkey,
 		token:    token,
-		fence:    fence,
+		fence:    res.fence,
 		cfg:      *cfg,
 		ttl:      cfg.ttl,
 		deadline: start.Add(cfg.ttl - cfg.driftFor(cfg.ttl)),
@@ -266,6 +269,11 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 		deleteIfOwned(ctx, l.store, rkey, token)
 		return nil, 0, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
 			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
+	}
+	if res.acked < cfg.replicas {
+		deleteIfOwned(ctx, l.store, rkey, token)
+		return nil, 0, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
+			ErrNotReplicated, res.acked, cfg.replicas, key, cfg.replicaWait)
 	}
 	if ctx.Err() != nil {
 		deleteIfOwned(ctx, l.store, rkey, token)

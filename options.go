@@ -41,6 +41,11 @@ type config struct {
 	// fencing makes Obtain take a fencing token.
 	fencing bool
 
+	// replicas is how many replicas must acknowledge an acquire, within
+	// replicaWait; zero means none.
+	replicas    int
+	replicaWait time.Duration
+
 	// doneTTL is how long Once keeps a completion record: whole
 	// milliseconds, at least 1 ms.
 	doneTTL time.Duration
@@ -65,6 +70,9 @@ func (c *config) apply(opts []Option) error {
 	}
 	if c.drift >= c.ttl {
 		return fmt.Errorf("%w: drift allowance %v must be shorter than the TTL %v", ErrInvalidArgument, c.drift, c.ttl)
+	}
+	if c.replicas > 0 && c.replicaWait >= c.ttl {
+		return fmt.Errorf("%w: replica wait %v must be shorter than the TTL %v", ErrInvalidArgument, c.replicaWait, c.ttl)
 	}
 	return nil
 }
@@ -181,6 +189,30 @@ func WithDrift(d time.Duration) Option {
 func WithFencing() Option {
 	return optionFunc(func(c *config) error {
 		c.fencing = true
+		return nil
+	})
+}
+
+// WithReplicas makes Obtain wait, after taking the lock and in the same
+// round trip (Redis WAIT), until n replicas have acknowledged it, for at
+// most timeout. If fewer do, Obtain deletes the lock again and returns an
+// error matching ErrNotReplicated. A lock acknowledged by n replicas
+// survives a failover to one of them, as long as that replica is the one
+// promoted.
+//
+// n must not be negative; zero turns the wait off. timeout must be at
+// least 1ms and shorter than the TTL; sub-millisecond parts are dropped.
+// While a replica lags, every attempt, successful or not, may wait up to
+// timeout.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: replica count %d is negative", ErrInvalidArgument, n)
+		}
+		if n > 0 && timeout < time.Millisecond {
+			return fmt.Errorf("%w: replica wait %v is under 1ms", ErrInvalidArgument, timeout)
+		}
+		c.replicas, c.replicaWait = n, timeout.Truncate(time.Millisecond)
 		return nil
 	})
 }

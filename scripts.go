@@ -3,6 +3,7 @@ package locksmith
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,11 +40,8 @@ const pttlNotHeld = -3
 // lock being held or not held. It is the seam behind which other
 // deployments (a quorum of independent servers) can stand.
 type store interface {
-	// acquire sets rkey to token with the TTL if rkey is free or already
-	// holds token, and then, if fenceKey is not empty, returns the next
-	// fencing token from the counter at fenceKey. Otherwise it reports the
-	// holder's remaining TTL, which is negative when the key has no expiry.
-	acquire(ctx context.Context, rkey, fenceKey, token string, ttl time.Duration) (ok bool, fence int64, holderTTL time.Duration, err error)
+	// acquire runs one attempt to take a lock, as acquireReq describes.
+	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
 	// release deletes rkey if it holds token, announces the release to
 	// waiters in the same step, and reports whether it did.
 	release(ctx context.Context, rkey, token string) (bool, error)
@@ -61,19 +59,84 @@ type scriptStore struct {
 
 var _ store = scriptStore{}
 
-func (s scriptStore) acquire(ctx context.Context, rkey, fenceKey, token string, ttl time.Duration) (bool, int64, time.Duration, error) {
-	keys := []string{rkey}
-	if fenceKey != "" {
-		keys = append(keys, fenceKey)
+func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
+	keys := []string{req.rkey}
+	if req.fenceKey != "" {
+		keys = append(keys, req.fenceKey)
 	}
-	res, err := obtainScript.Run(ctx, s.client, keys, token, ttl.Milliseconds()).Int64()
+	ttl := req.ttl.Milliseconds()
+	var (
+		res   int64
+		acked int64
+		err   error
+	)
+	if req.replicas == 0 {
+		res, err = obtainScript.Run(ctx, s.client, keys, req.token, ttl).Int64()
+	} else {
+		res, acked, err = s.acquireReplicated(ctx, keys, req, ttl)
+	}
 	if err != nil {
-		return false, 0, 0, err
+		return acquireRes{}, err
 	}
 	if res < 0 {
-		return false, 0, time.Duration(-2-res) * time.Millisecond, nil
+		return acquireRes{holderTTL: time.Duration(-2-res) * time.Millisecond}, nil
 	}
-	return true, res, 0, nil
+	return acquireRes{ok: true, fence: res, acked: int(acked)}, nil
+}
+
+// acquireReplicated sends the acquire and a WAIT for the replicas in one
+// round trip, falling back to EVAL when the server does not know the
+// script. It returns the script's reply and the replicas that
+// acknowledged.
+func (s scriptStore) acquireReplicated(ctx context.Context, keys []string, req acquireReq, ttl int64) (int64, int64, error) {
+	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
+		pipe := s.client.Pipeline()
+		var acquire *redis.Cmd
+		if eval {
+			acquire = obtainScript.Eval(ctx, pipe, keys, req.token, ttl)
+		} else {
+			acquire = obtainScript.EvalSha(ctx, pipe, keys, req.token, ttl)
+		}
+		wait := redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx)
+		return acquire, wait
+	}
+	acquire, wait := send(false)
+	if redis.HasErrorPrefix(acquire.Err(), "NOSCRIPT") {
+		acquire, wait = send(true)
+	}
+	res, err := acquire.Int64()
+	if err != nil {
+		return 0, 0, err
+	}
+	acked, err := wait.Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("WAIT for %d replicas: %w", req.replicas, err)
+	}
+	return res, acked, nil
+}
+
+// acquireReq is one attempt to take a lock: set rkey to token with the
+// TTL if rkey is free (or already holds token), then, if fenceKey is not
+// empty, take the next fencing token from the counter at fenceKey, and, if
+// replicas is not zero, wait up to replicaWait for that many replicas to
+// acknowledge.
+type acquireReq struct {
+	rkey, fenceKey, token string
+	ttl                   time.Duration
+	replicas              int
+	replicaWait           time.Duration
+}
+
+// acquireRes is the outcome of an acquireReq: either ok, with the fence
+// (0 without fencing) and the number of replicas that acknowledged, or not,
+// with the holder's remaining TTL, negative when its key has no expiry.
+type acquireRes struct {
+	ok        bool
+	fence     int64
+	acked     int
+	holderTTL time.Duration
 }
 
 func (s scriptStore) release(ctx context.Context, rkey, token string) (bool, error) {
