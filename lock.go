@@ -70,13 +70,17 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 	if key == "" {
 		return config{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
-	cfg := l.cfg
-	if len(opts) > 0 {
-		if err := cfg.apply(opts); err != nil {
-			return config{}, err
-		}
+	if len(opts) == 0 {
+		return l.cfg, nil
 	}
-	return cfg, nil
+	// Options are applied through an interface, which makes their
+	// target escape: copy only when there are options.
+	cfg := new(config)
+	*cfg = l.cfg
+	if err := cfg.apply(opts); err != nil {
+		return config{}, err
+	}
+	return *cfg, nil
 }
 
 // Obtain acquires the lock on key, stored in Redis at prefix+key with the
@@ -122,11 +126,8 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	}
 	// See notify.go for how waiting works.
 	t := l.notify.ticket(rkey)
-	backoff := cfg.retry.NewBackoff()
-	if backoff == nil {
-		backoff = noRetry{}
-	}
 	if t.queued {
+		backoff := newBackoff(cfg.retry)
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in, unless the strategy allows no wait.
 		if delay, ok := backoff.Next(); ok {
@@ -142,6 +143,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	if lk != nil || err != nil {
 		return lk, err
 	}
+	backoff := newBackoff(cfg.retry)
 	delay, ok := backoff.Next()
 	if !ok {
 		return nil, heldElsewhere(key)
@@ -219,6 +221,15 @@ func holderExpiry(holderTTL time.Duration) time.Time {
 	return time.Now().Add(holderTTL + time.Millisecond)
 }
 
+// newBackoff starts one call's retries; a strategy that returns no Backoff
+// retries nothing.
+func newBackoff(s RetryStrategy) Backoff {
+	if b := s.NewBackoff(); b != nil {
+		return b
+	}
+	return noRetry{}
+}
+
 func heldElsewhere(key string) error {
 	return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
 }
@@ -231,19 +242,22 @@ func notObtained(ctx context.Context, key string) error {
 // remaining TTL (negative when unknown) when someone else holds it, or an
 // error for anything else.
 func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (*Lock, time.Duration, error) {
-	token := uuid.NewString()
-	start := time.Now()
-	var fenceKey string
+	// The handle is made first: the store's arguments live in it, so that
+	// they are built once per lock.
+	lk := &Lock{store: l.store, key: key, rkey: rkey, cfg: *cfg, ttl: cfg.ttl}
+	lk.token = uuid.NewString()
+	lk.keyBuf[0] = rkey
+	lk.ref = lockRef{keys: lk.keyBuf[:1], token: lk.token}
+	req := acquireReq{lockRef: lk.ref, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait}
 	if cfg.fencing {
-		fenceKey = slotKey(rkey, fenceSuffix)
+		lk.keyBuf[1] = slotKey(rkey, fenceSuffix)
+		req.keys = lk.keyBuf[:2]
 	}
-	res, err := l.store.acquire(ctx, acquireReq{
-		rkey: rkey, fenceKey: fenceKey, token: token, ttl: cfg.ttl,
-		replicas: cfg.replicas, replicaWait: cfg.replicaWait,
-	})
+	start := time.Now()
+	res, err := l.store.acquire(ctx, req)
 	if err != nil {
 		if mayHaveLanded(err) {
-			deleteIfOwned(ctx, l.store, rkey, token)
+			deleteIfOwned(ctx, lk)
 		}
 		if ctx.Err() != nil {
 			// The caller gave up mid-call: report it as such, whatever
@@ -255,28 +269,20 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 	if !res.ok {
 		return nil, res.holderTTL, nil
 	}
-	lk := &Lock{
-		store:    l.store,
-		key:      key,
-		rkey:     rkey,
-		token:    token,
-		fence:    res.fence,
-		cfg:      *cfg,
-		ttl:      cfg.ttl,
-		deadline: start.Add(cfg.ttl - cfg.driftFor(cfg.ttl)),
-	}
+	lk.fence = res.fence
+	lk.deadline = start.Add(cfg.ttl - cfg.driftFor(cfg.ttl))
 	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
-		deleteIfOwned(ctx, l.store, rkey, token)
+		deleteIfOwned(ctx, lk)
 		return nil, 0, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
 			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
 	}
 	if res.acked < cfg.replicas {
-		deleteIfOwned(ctx, l.store, rkey, token)
+		deleteIfOwned(ctx, lk)
 		return nil, 0, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
 			ErrNotReplicated, res.acked, cfg.replicas, key, cfg.replicaWait)
 	}
 	if ctx.Err() != nil {
-		deleteIfOwned(ctx, l.store, rkey, token)
+		deleteIfOwned(ctx, lk)
 		return nil, 0, notObtained(ctx, key)
 	}
 	return lk, 0, nil
@@ -291,13 +297,13 @@ func mayHaveLanded(err error) bool {
 	return !errors.As(err, &rerr)
 }
 
-// deleteIfOwned removes the lock at rkey if it holds token, on a context
-// that outlives the caller's cancellation but is bounded in time. Its error
-// is dropped: the lock expires with its TTL anyway.
-func deleteIfOwned(ctx context.Context, s store, rkey, token string) {
+// deleteIfOwned removes lk's key if it still holds lk's token, on a
+// context that outlives the caller's cancellation but is bounded in time.
+// Its error is dropped: the lock expires with its TTL anyway.
+func deleteIfOwned(ctx context.Context, lk *Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
 	defer cancel()
-	_, _ = s.release(ctx, rkey, token)
+	_, _ = lk.store.release(ctx, lk.ref)
 }
 
 // WithLock obtains the lock on key (following the options, retry strategy
@@ -383,6 +389,11 @@ type Lock struct {
 	fence int64 // 0 without fencing
 	cfg   config
 
+	// ref is what the store needs to act on this lock; its keys live in
+	// keyBuf: the lock key and, with fencing, the fence counter's.
+	ref    lockRef
+	keyBuf [2]string
+
 	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
 
 	mu       sync.Mutex    // guards the fields below
@@ -431,7 +442,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if lk.isReleased() {
 		return 0, lk.notHeld()
 	}
-	ttl, held, err := lk.store.pttl(ctx, lk.rkey, lk.token)
+	ttl, held, err := lk.store.pttl(ctx, lk.ref)
 	if err != nil {
 		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.key, err)
 	}
@@ -470,7 +481,7 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	ok, err := lk.store.refresh(ctx, lk.rkey, lk.token, ttl)
+	ok, err := lk.store.refresh(ctx, lk.ref, ttl)
 	if err != nil {
 		return fmt.Errorf("locksmith: refresh %q: %w", lk.key, err)
 	}
@@ -505,7 +516,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 }
 
 func releaseOp(ctx context.Context, lk *Lock) (bool, error) {
-	return lk.store.release(ctx, lk.rkey, lk.token)
+	return lk.store.release(ctx, lk.ref)
 }
 
 // finish ends the lock with op, which deletes the key if it still holds

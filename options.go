@@ -28,6 +28,7 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 // Locker.
 type config struct {
 	ttl    time.Duration // whole milliseconds, at least 1 ms
+	ttlMS  any           // ttl in milliseconds, an int64, converted once for go-redis
 	retry  RetryStrategy // never nil
 	prefix string
 
@@ -52,7 +53,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{ttl: DefaultTTL, retry: NoRetry(), drift: -1, doneTTL: DefaultDoneTTL}
+	return config{ttl: DefaultTTL, ttlMS: DefaultTTL.Milliseconds(), retry: NoRetry(), drift: -1, doneTTL: DefaultDoneTTL}
 }
 
 // apply applies opts to c and checks the result as a whole.
@@ -116,7 +117,7 @@ func WithTTL(d time.Duration) Option {
 		if err != nil {
 			return err
 		}
-		c.ttl = ttl
+		c.ttl, c.ttlMS = ttl, ttl.Milliseconds()
 		return nil
 	})
 }

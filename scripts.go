@@ -35,20 +35,53 @@ var (
 const pttlNotHeld = -3
 
 // A store runs the lock primitives against one Redis deployment. Each
-// method touches one lock key in one round trip (two when the server first
-// answers NOSCRIPT), and reports a Redis failure as an error, never as the
-// lock being held or not held. It is the seam behind which other
-// deployments (a quorum of independent servers) can stand.
+// method touches one lock (with its companion keys, in the same cluster
+// slot) in one round trip (two when the server first answers NOSCRIPT),
+// and reports a Redis failure as an error, never as the lock being held
+// or not held. It is the seam behind which other deployments (a quorum of
+// independent servers) can stand.
 type store interface {
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
-	// release deletes rkey if it holds token, announces the release to
-	// waiters in the same step, and reports whether it did.
-	release(ctx context.Context, rkey, token string) (bool, error)
-	// refresh sets rkey's TTL if it holds token, and reports whether it did.
-	refresh(ctx context.Context, rkey, token string, ttl time.Duration) (bool, error)
-	// pttl returns rkey's remaining TTL if it holds token.
-	pttl(ctx context.Context, rkey, token string) (ttl time.Duration, held bool, err error)
+	// release deletes the lock if it holds the token, announces the
+	// release to waiters in the same step, and reports whether it did.
+	release(ctx context.Context, ref lockRef) (bool, error)
+	// refresh sets the lock's TTL if it holds the token, and reports
+	// whether it did.
+	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
+	// pttl returns the lock's remaining TTL if it holds the token.
+	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
+}
+
+// lockRef names one acquisition of a lock to a store: keys[0] is the lock
+// key (keys[1], when present, its fence counter), and token the value that
+// marks this acquisition. The token is kept as an interface value because
+// go-redis takes arguments as such: converting once per lock, not once per
+// command, saves an allocation per command.
+type lockRef struct {
+	keys  []string
+	token any
+}
+
+// acquireReq is one attempt to take a lock: set keys[0] to token with the
+// TTL if it is free (or already holds token), then, if keys[1] is present,
+// take the next fencing token from that counter, and, if replicas is not
+// zero, wait up to replicaWait for that many replicas to acknowledge.
+type acquireReq struct {
+	lockRef
+	ttlMS       any // the TTL in whole milliseconds, an int64
+	replicas    int
+	replicaWait time.Duration
+}
+
+// acquireRes is the outcome of an acquireReq: either ok, with the fence
+// (0 without fencing) and the number of replicas that acknowledged, or not,
+// with the holder's remaining TTL, negative when its key has no expiry.
+type acquireRes struct {
+	ok        bool
+	fence     int64
+	acked     int
+	holderTTL time.Duration
 }
 
 // scriptStore is the store of a single Redis server, Sentinel group or
@@ -60,20 +93,14 @@ type scriptStore struct {
 var _ store = scriptStore{}
 
 func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
-	keys := []string{req.rkey}
-	if req.fenceKey != "" {
-		keys = append(keys, req.fenceKey)
-	}
-	ttl := req.ttl.Milliseconds()
 	var (
-		res   int64
-		acked int64
-		err   error
+		res, acked int64
+		err        error
 	)
 	if req.replicas == 0 {
-		res, err = obtainScript.Run(ctx, s.client, keys, req.token, ttl).Int64()
+		res, err = obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS).Int64()
 	} else {
-		res, acked, err = s.acquireReplicated(ctx, keys, req, ttl)
+		res, acked, err = s.acquireReplicated(ctx, req)
 	}
 	if err != nil {
 		return acquireRes{}, err
@@ -88,14 +115,14 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 // round trip, falling back to EVAL when the server does not know the
 // script. It returns the script's reply and the replicas that
 // acknowledged.
-func (s scriptStore) acquireReplicated(ctx context.Context, keys []string, req acquireReq, ttl int64) (int64, int64, error) {
+func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int64, int64, error) {
 	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
 		pipe := s.client.Pipeline()
 		var acquire *redis.Cmd
 		if eval {
-			acquire = obtainScript.Eval(ctx, pipe, keys, req.token, ttl)
+			acquire = obtainScript.Eval(ctx, pipe, req.keys, req.token, req.ttlMS)
 		} else {
-			acquire = obtainScript.EvalSha(ctx, pipe, keys, req.token, ttl)
+			acquire = obtainScript.EvalSha(ctx, pipe, req.keys, req.token, req.ttlMS)
 		}
 		wait := redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
 		_ = pipe.Process(ctx, wait)
@@ -117,40 +144,18 @@ func (s scriptStore) acquireReplicated(ctx context.Context, keys []string, req a
 	return res, acked, nil
 }
 
-// acquireReq is one attempt to take a lock: set rkey to token with the
-// TTL if rkey is free (or already holds token), then, if fenceKey is not
-// empty, take the next fencing token from the counter at fenceKey, and, if
-// replicas is not zero, wait up to replicaWait for that many replicas to
-// acknowledge.
-type acquireReq struct {
-	rkey, fenceKey, token string
-	ttl                   time.Duration
-	replicas              int
-	replicaWait           time.Duration
-}
-
-// acquireRes is the outcome of an acquireReq: either ok, with the fence
-// (0 without fencing) and the number of replicas that acknowledged, or not,
-// with the holder's remaining TTL, negative when its key has no expiry.
-type acquireRes struct {
-	ok        bool
-	fence     int64
-	acked     int
-	holderTTL time.Duration
-}
-
-func (s scriptStore) release(ctx context.Context, rkey, token string) (bool, error) {
-	res, err := releaseScript.Run(ctx, s.client, []string{rkey}, token, releaseChannel(rkey)).Int64()
+func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
+	res, err := releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token).Int64()
 	return res == 1, err
 }
 
-func (s scriptStore) refresh(ctx context.Context, rkey, token string, ttl time.Duration) (bool, error) {
-	res, err := refreshScript.Run(ctx, s.client, []string{rkey}, token, ttl.Milliseconds()).Int64()
+func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
+	res, err := refreshScript.Run(ctx, s.client, ref.keys[:1], ref.token, ttl.Milliseconds()).Int64()
 	return res == 1, err
 }
 
-func (s scriptStore) pttl(ctx context.Context, rkey, token string) (time.Duration, bool, error) {
-	res, err := pttlScript.Run(ctx, s.client, []string{rkey}, token).Int64()
+func (s scriptStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
+	res, err := pttlScript.Run(ctx, s.client, ref.keys[:1], ref.token).Int64()
 	if err != nil || res == pttlNotHeld {
 		return 0, false, err
 	}
