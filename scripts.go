@@ -12,7 +12,8 @@ import (
 // The Lua scripts run with EVALSHA, falling back to EVAL when the server
 // answers NOSCRIPT (its script cache was flushed, or it is a new primary
 // after a failover), so callers never see that error. Each script touches
-// exactly one key, passed in KEYS, so it runs on Redis Cluster too.
+// the lock key and its companion keys (see slotKey), all passed in KEYS and
+// all in one cluster slot, so it runs on Redis Cluster too.
 var (
 	//go:embed obtain.lua
 	obtainSrc    string
