@@ -35,7 +35,12 @@
 //	}
 //
 // By default Obtain tries once; WithRetry sets a RetryStrategy to wait for
-// the lock instead, and the caller's context bounds the wait.
+// the lock instead, and the caller's context bounds the wait. Waiters do
+// not poll: a release announces itself, and each Locker wakes one of its
+// waiters for the key, in arrival order.
+//
+// Once runs a job under the lock unless a completion record says it already
+// ran, and writes that record together with the release.
 //
 // # Leases
 //
@@ -68,6 +73,9 @@
 // holder does. Nor does a lock survive a Redis restart without persistence,
 // an eviction, or a failover to a replica that had not yet received the key.
 // A lock therefore reduces concurrent work; it does not make work run
-// exactly once. Make the protected work idempotent, for example by recording
-// each job's completion under a unique job id.
+// exactly once. Make the protected work idempotent (Once records each job's
+// completion), and let the resource reject stale holders with fencing
+// tokens (WithFencing, Lock.Fence). WithReplicas makes an acquire wait
+// until replicas have the lock, so that it survives a failover to one of
+// them.
 package locksmith
