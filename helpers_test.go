@@ -242,3 +242,41 @@ func eventually(t *testing.T, d time.Duration, cond func() bool, msg string, arg
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// contend runs perLocker goroutines on each Locker, each taking the lock
+// on key rounds times with WithLock and holding it for hold, and returns
+// how many acquisitions there were and how many of them overlapped
+// another holder's.
+func contend(t *testing.T, ctx context.Context, lockers []*locksmith.Locker, key string, perLocker, rounds int,
+	hold time.Duration, retry locksmith.RetryStrategy) (acquired, overlaps int64) {
+	t.Helper()
+	var (
+		inside, acq, over atomic.Int64
+		wg                sync.WaitGroup
+	)
+	for _, l := range lockers {
+		for range perLocker {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					err := l.WithLock(ctx, key, func(context.Context) error {
+						if inside.Add(1) != 1 {
+							over.Add(1)
+						}
+						acq.Add(1)
+						time.Sleep(hold)
+						inside.Add(-1)
+						return nil
+					}, locksmith.WithRetry(retry))
+					if err != nil {
+						t.Errorf("WithLock: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return acq.Load(), over.Load()
+}

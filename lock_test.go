@@ -281,36 +281,10 @@ func TestContentionNoOverlap(t *testing.T) {
 			locksmith.New(b.client(t), locksmith.WithTTL(5*time.Second)),
 		}
 		const perLocker, rounds = 8, 15
-		var (
-			inside, overlaps, acquired atomic.Int64
-			wg                         sync.WaitGroup
-		)
-		for _, l := range lockers {
-			for range perLocker {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						err := l.WithLock(ctx, key, func(context.Context) error {
-							if inside.Add(1) != 1 {
-								overlaps.Add(1)
-							}
-							acquired.Add(1)
-							time.Sleep(100 * time.Microsecond)
-							inside.Add(-1)
-							return nil
-						}, locksmith.WithRetry(locksmith.ExponentialBackoff(time.Millisecond, 4*time.Millisecond)))
-						if err != nil {
-							t.Errorf("WithLock: %v", err)
-							return
-						}
-					}
-				}()
-			}
-		}
-		wg.Wait()
-		require.Zero(t, overlaps.Load(), "two holders inside the critical section at once")
-		require.Equal(t, int64(len(lockers)*perLocker*rounds), acquired.Load())
+		acquired, overlaps := contend(t, ctx, lockers, key, perLocker, rounds, 100*time.Microsecond,
+			locksmith.ExponentialBackoff(time.Millisecond, 4*time.Millisecond))
+		require.Zero(t, overlaps, "two holders inside the critical section at once")
+		require.Equal(t, int64(len(lockers)*perLocker*rounds), acquired)
 	})
 }
 

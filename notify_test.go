@@ -206,37 +206,10 @@ func TestRequestsPerAcquisitionDoNotGrowWithWaiters(t *testing.T) {
 				warmUp(t, ls[i])
 			}
 			before := readsProcessed(t, raw)
-			var (
-				acquired, inside, overlaps atomic.Int64
-				wg                         sync.WaitGroup
-			)
-			for _, l := range ls {
-				for range perLocker {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for range rounds {
-							err := l.WithLock(ctx, key, func(context.Context) error {
-								if inside.Add(1) != 1 {
-									overlaps.Add(1)
-								}
-								acquired.Add(1)
-								time.Sleep(300 * time.Microsecond)
-								inside.Add(-1)
-								return nil
-							}, locksmith.WithRetry(locksmith.LinearBackoff(100*time.Millisecond)))
-							if err != nil {
-								t.Errorf("WithLock: %v", err)
-								return
-							}
-						}
-					}()
-				}
-			}
-			wg.Wait()
+			n, overlaps := contend(t, ctx, ls, key, perLocker, rounds, 300*time.Microsecond,
+				locksmith.LinearBackoff(100*time.Millisecond))
 			requests := readsProcessed(t, raw) - before - 1 // less this INFO
-			n := acquired.Load()
-			require.Zero(t, overlaps.Load())
+			require.Zero(t, overlaps)
 			require.Equal(t, int64(lockers*perLocker*rounds), n)
 			perAcq := float64(requests) / float64(n)
 			t.Logf("%d waiters per Locker: %d requests for %d acquisitions = %.2f each", perLocker, requests, n, perAcq)
