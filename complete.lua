@@ -4,7 +4,8 @@
 -- KEYS[1]: the lock key. KEYS[2]: the completion record's key, in the same
 -- cluster slot. ARGV[1]: the caller's token. ARGV[2]: the record.
 -- ARGV[3]: how long to keep the record, in ms. ARGV[4]: the channel on
--- which releases of this lock are announced.
+-- which releases of this lock are announced; ARGV[5]: the command that
+-- announces them, PUBLISH or, on Redis Cluster, SPUBLISH.
 -- Returns 1 when the record was written and the lock deleted, including
 -- when an earlier delivery of this same call did it (a client that resends
 -- a command after a dropped connection must not be told that its lock was
@@ -12,7 +13,7 @@
 if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3])
   redis.call('del', KEYS[1])
-  redis.call('publish', ARGV[4], '')
+  redis.call(ARGV[5], ARGV[4], '')
   return 1
 end
 if redis.call('get', KEYS[2]) == ARGV[2] then

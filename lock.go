@@ -44,11 +44,12 @@ type Locker struct {
 // to New are checked together, against the package defaults, so an
 // invalid default cannot be mended by a per-call option.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{store: scriptStore{client: client}, cfg: defaultConfig()}
+	l := &Locker{cfg: defaultConfig()}
 	if isNil(client) {
 		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
 		return l
 	}
+	l.store = scriptStore{client: client, sharded: isSharded(client)}
 	l.notify = newNotifier(client)
 	l.err = l.cfg.apply(opts)
 	return l
@@ -248,6 +249,9 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 	lk.token = uuid.NewString()
 	lk.keyBuf[0] = rkey
 	lk.ref = lockRef{keys: lk.keyBuf[:1], token: lk.token}
+	if l.notify.sharded {
+		lk.ref.channel = releaseChannel(rkey, true)
+	}
 	req := acquireReq{lockRef: lk.ref, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait}
 	if cfg.fencing {
 		lk.keyBuf[1] = slotKey(rkey, fenceSuffix)

@@ -61,15 +61,36 @@ const (
 )
 
 // releaseChannel returns the channel on which releases of rkey are
-// announced.
-func releaseChannel(rkey string) string {
+// announced. On Redis Cluster announcements use sharded pub/sub, which
+// reaches only the shard that owns the channel's slot, so the channel is
+// a companion of the key, in its slot; elsewhere release.lua names it
+// after the key itself.
+func releaseChannel(rkey string, sharded bool) string {
+	if sharded {
+		return slotKey(rkey, releasedSuffix)
+	}
 	return "locksmith:released:" + rkey
 }
 
+// releasedSuffix names a lock's sharded release channel after its key.
+const releasedSuffix = ":released"
+
+// isSharded reports whether client is a Redis Cluster client, whose
+// release announcements go through sharded pub/sub.
+func isSharded(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.ClusterClient)
+	return ok
+}
+
 // notifier multiplexes the release announcements of one Locker's keys
-// onto one pub/sub connection, and queues the Locker's waiters per key.
+// onto pub/sub connections, and queues the Locker's waiters per key. With
+// one server (or Sentinel) all keys share one connection. On Redis
+// Cluster each key has a connection of its own to the shard that owns its
+// channel, since one connection cannot subscribe to channels of several
+// shards; the waiters of one key still share it.
 type notifier struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	sharded bool
 
 	// active counts the keys with a queue, so that an Obtain on a Locker
 	// that waits for nothing skips the lookup.
@@ -78,10 +99,20 @@ type notifier struct {
 	// nanoseconds: how long a Locker defers to its rivals.
 	rtt atomic.Int64
 
-	mu   sync.Mutex           // guards the fields below and every keyQueue
+	mu   sync.Mutex           // guards the fields below, every keyQueue and every subConn
 	keys map[string]*keyQueue // by channel
-	ps   *redis.PubSub        // nil while no dispatcher runs
-	// up is false while the connection is known to be down; keys are
+	// shared is the one connection when not sharded; nil while no
+	// dispatcher runs.
+	shared *subConn
+}
+
+// subConn is one pub/sub connection and the keys subscribed on it. A
+// dispatcher goroutine reads it from its creation until it has no keys
+// left (or the client is closed), and then closes it.
+type subConn struct {
+	ps   *redis.PubSub
+	keys map[string]*keyQueue // by channel
+	// up is false while the connection is known to be down; its keys are
 	// subscribed again when it comes back.
 	up bool
 }
@@ -89,6 +120,7 @@ type notifier struct {
 // keyQueue is the state of one key's waiters in one Locker.
 type keyQueue struct {
 	channel string
+	conn    *subConn  // the connection the channel is subscribed on
 	waiters []*waiter // in arrival order; waiters[0] is the head
 	// woken is the head when it has been told to try and has not yet
 	// reported back; nil otherwise.
@@ -137,7 +169,7 @@ func (w *waiter) signal() {
 }
 
 func newNotifier(client redis.UniversalClient) *notifier {
-	return &notifier{client: client, keys: make(map[string]*keyQueue)}
+	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue)}
 }
 
 // ticket is what a waiter knows about a key's announcements before its
@@ -155,7 +187,7 @@ func (n *notifier) ticket(rkey string) ticket {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	q := n.keys[releaseChannel(rkey)]
+	q := n.keys[releaseChannel(rkey, n.sharded)]
 	if q == nil {
 		return ticket{}
 	}
@@ -166,7 +198,7 @@ func (n *notifier) ticket(rkey string) ticket {
 // before the waiter's attempt, and holderUntil what that attempt learned
 // (zero if it made none).
 func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
-	ch := releaseChannel(rkey)
+	ch := releaseChannel(rkey, n.sharded)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := n.keys[ch]
@@ -191,17 +223,45 @@ func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
 	return w
 }
 
-// subscribeLocked subscribes to q's channel, starting the dispatcher if
-// none runs. The confirmation, read by the dispatcher, sets q.subscribed.
+// subscribeLocked subscribes to q's channel, starting a connection and
+// its dispatcher if needed. The confirmation, read by the dispatcher, sets
+// q.subscribed.
 func (n *notifier) subscribeLocked(q *keyQueue) {
-	if n.ps == nil {
-		n.ps = n.client.Subscribe(context.Background())
-		n.up = true
-		go n.dispatch(n.ps)
+	c := n.shared
+	if n.sharded || c == nil {
+		c = &subConn{ps: n.newPubSub(), keys: make(map[string]*keyQueue), up: true}
+		if !n.sharded {
+			n.shared = c
+		}
+		go n.dispatch(c)
 	}
+	c.keys[q.channel] = q
+	q.conn = c
 	// A failure here shows up in the dispatcher's receive as well; until
 	// then the key stays unsubscribed and its waiters poll.
-	_ = n.ps.Subscribe(context.Background(), q.channel)
+	_ = n.subscribe(c.ps, q.channel)
+}
+
+// newPubSub returns a pub/sub connection subscribed to nothing yet.
+func (n *notifier) newPubSub() *redis.PubSub {
+	if n.sharded {
+		return n.client.SSubscribe(context.Background())
+	}
+	return n.client.Subscribe(context.Background())
+}
+
+func (n *notifier) subscribe(ps *redis.PubSub, channels ...string) error {
+	if n.sharded {
+		return ps.SSubscribe(context.Background(), channels...)
+	}
+	return ps.Subscribe(context.Background(), channels...)
+}
+
+func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
+	if n.sharded {
+		return ps.SUnsubscribe(context.Background(), channels...)
+	}
+	return ps.Unsubscribe(context.Background(), channels...)
 }
 
 // kickLocked wakes the head of q to try, or, when a woken waiter is
@@ -230,7 +290,7 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) 
 		return true, time.Time{}, false
 	case q.waiters[0] != w:
 		return false, time.Time{}, false
-	case !n.up || !q.subscribed:
+	case !q.conn.up || !q.subscribed:
 		return false, time.Time{}, true
 	default:
 		return false, q.holderUntil, false
@@ -302,10 +362,11 @@ func (n *notifier) removeLocked(w *waiter) {
 	}
 }
 
-// dispatch reads ps until the Locker has no keys left to watch, or the
-// client is closed.
-func (n *notifier) dispatch(ps *redis.PubSub) {
+// dispatch reads c until it has no keys left to watch, or the client is
+// closed.
+func (n *notifier) dispatch(c *subConn) {
 	ctx := context.Background()
+	ps := c.ps
 	lastHeard := time.Now()
 	var pingSent time.Time // zero when no PING is outstanding
 	errPause := 10 * time.Millisecond
@@ -315,13 +376,15 @@ func (n *notifier) dispatch(ps *redis.PubSub) {
 		switch {
 		case err == nil:
 			lastHeard, pingSent, errPause = now, time.Time{}, 10*time.Millisecond
-			n.handle(msg)
+			if n.handle(c, msg) {
+				ps = n.replace(c, ps)
+			}
 		case isTimeout(err):
 			switch {
 			case !pingSent.IsZero() && now.Sub(pingSent) > notifyPingAfter:
 				// The connection is silently dead. Start over on a new
 				// one, subscribed to every key.
-				ps = n.replace(ps)
+				ps = n.replace(c, ps)
 				lastHeard, pingSent = now, time.Time{}
 			case pingSent.IsZero() && now.Sub(lastHeard) > notifyPingAfter:
 				if ps.Ping(ctx) == nil {
@@ -329,21 +392,17 @@ func (n *notifier) dispatch(ps *redis.PubSub) {
 				}
 			}
 		case errors.Is(err, redis.ErrClosed):
-			n.down(ps)
-			n.mu.Lock()
-			if n.ps == ps {
-				n.ps = nil
-			}
-			n.mu.Unlock()
+			n.down(c)
+			n.close(c)
 			return
 		default:
 			// go-redis reconnects and resubscribes on the next receive;
 			// until the confirmations arrive the waiters poll.
-			n.down(ps)
+			n.down(c)
 			time.Sleep(errPause)
 			errPause = min(errPause*2, notifyErrorPause)
 		}
-		if n.reap(ps, now) {
+		if n.reap(c, ps, now) {
 			return
 		}
 	}
@@ -370,14 +429,16 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// handle acts on one item received from the pub/sub connection.
-func (n *notifier) handle(msg any) {
+// handle acts on one item received on c. It reports whether c must be
+// replaced: when the server dropped a sharded subscription because the
+// channel's slot moved to another shard.
+func (n *notifier) handle(c *subConn, msg any) (replace bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.up = true
+	c.up = true
 	switch m := msg.(type) {
 	case *redis.Message:
-		if q := n.keys[m.Channel]; q != nil {
+		if q := c.keys[m.Channel]; q != nil {
 			q.events++
 			if q.ours && q.woken == nil && time.Since(q.rivalSeen) < rivalMemory {
 				q.notBefore = time.Now().Add(n.roundTrip())
@@ -385,30 +446,39 @@ func (n *notifier) handle(msg any) {
 			n.kickLocked(q)
 		}
 	case *redis.Subscription:
-		q := n.keys[m.Channel]
-		if q == nil || m.Kind != "subscribe" {
-			return
+		q := c.keys[m.Channel]
+		if q == nil {
+			return false
 		}
-		if !q.subscribed {
-			q.subscribed = true
-			q.events++
-			// Releases before this moment were not announced to us:
-			// let the head check.
-			n.kickLocked(q)
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if !q.subscribed {
+				q.subscribed = true
+				q.events++
+				// Releases before this moment were not announced to
+				// us: let the head check.
+				n.kickLocked(q)
+			}
+		case "sunsubscribe":
+			// Not asked for: the slot moved. Poll until subscribed again
+			// on the shard that owns it now.
+			q.subscribed = false
+			if len(q.waiters) > 0 {
+				q.waiters[0].signal()
+			}
+			return true
 		}
 	}
+	return false
 }
 
-// down marks every key unsubscribed after the connection failed, and
-// tells the heads of the queues to poll.
-func (n *notifier) down(ps *redis.PubSub) {
+// down marks every key of c unsubscribed after the connection failed, and
+// tells the heads of their queues to poll.
+func (n *notifier) down(c *subConn) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ps != ps {
-		return
-	}
-	n.up = false
-	for _, q := range n.keys {
+	c.up = false
+	for _, q := range c.keys {
 		q.subscribed = false
 		if len(q.waiters) > 0 {
 			q.waiters[0].signal()
@@ -416,41 +486,52 @@ func (n *notifier) down(ps *redis.PubSub) {
 	}
 }
 
-// replace closes a dead connection and subscribes a new one to every key.
-func (n *notifier) replace(old *redis.PubSub) *redis.PubSub {
-	n.down(old)
+// replace closes c's connection old and subscribes a new one to every
+// key of c. It returns the new connection.
+func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
+	n.down(c)
 	_ = old.Close()
-	ps := n.client.Subscribe(context.Background())
+	ps := n.newPubSub()
 	n.mu.Lock()
-	n.ps = ps
-	n.up = true
-	channels := make([]string, 0, len(n.keys))
-	for ch := range n.keys {
+	c.ps = ps
+	c.up = true
+	channels := make([]string, 0, len(c.keys))
+	for ch := range c.keys {
 		channels = append(channels, ch)
 	}
 	n.mu.Unlock()
 	if len(channels) > 0 {
-		_ = ps.Subscribe(context.Background(), channels...)
+		_ = n.subscribe(ps, channels...)
 	}
 	return ps
 }
 
-// reap unsubscribes keys idle for longer than notifyLinger and, when none
-// is left, closes the connection. It reports whether the dispatcher
+// close forgets c after the client was closed; its keys' waiters poll.
+func (n *notifier) close(c *subConn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.shared == c {
+		n.shared = nil
+	}
+}
+
+// reap unsubscribes c's keys idle for longer than notifyLinger and, when
+// none is left, closes the connection. It reports whether the dispatcher
 // should return.
-func (n *notifier) reap(ps *redis.PubSub, now time.Time) bool {
+func (n *notifier) reap(c *subConn, ps *redis.PubSub, now time.Time) bool {
 	n.mu.Lock()
 	var idle []string
-	for ch, q := range n.keys {
+	for ch, q := range c.keys {
 		if len(q.waiters) == 0 && now.Sub(q.idleSince) > notifyLinger {
 			idle = append(idle, ch)
+			delete(c.keys, ch)
 			delete(n.keys, ch)
 			n.active.Add(-1)
 		}
 	}
-	last := len(n.keys) == 0
-	if last {
-		n.ps = nil
+	last := len(c.keys) == 0
+	if last && n.shared == c {
+		n.shared = nil
 	}
 	n.mu.Unlock()
 	if last {
@@ -458,7 +539,7 @@ func (n *notifier) reap(ps *redis.PubSub, now time.Time) bool {
 		return true
 	}
 	if len(idle) > 0 {
-		_ = ps.Unsubscribe(context.Background(), idle...)
+		_ = n.unsubscribe(ps, idle...)
 	}
 	return false
 }

@@ -245,3 +245,32 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 	require.NoError(t, holder.Release(ctx))
 	require.NoError(t, <-got)
 }
+
+// TestWaiterWokenOnCluster checks the sharded announcements: SPUBLISH in
+// the release script, SSUBSCRIBE by the waiting Locker, for keys with and
+// without hash tags.
+func TestWaiterWokenOnCluster(t *testing.T) {
+	cc := oneNodeCluster(t)
+	ctx := t.Context()
+	for _, key := range []string{uniqueKey(t), "{" + uniqueKey(t) + "}:x", uniqueKey(t) + "}"} {
+		holder, err := locksmith.New(cc).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			lk, err := locksmith.New(cc).Obtain(wctx, key, locksmith.WithRetry(forever))
+			if err == nil {
+				err = lk.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, holder.Release(ctx))
+		require.NoError(t, <-got, "key %q", key)
+	}
+	stats, err := cc.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.Contains(t, stats, "cmdstat_spublish:")
+	require.NotContains(t, stats, "cmdstat_publish:")
+}

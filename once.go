@@ -237,6 +237,7 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 }
 
 func (s scriptStore) complete(ctx context.Context, rkey, token, doneKey, record string, retention time.Duration) (bool, error) {
-	res, err := completeScript.Run(ctx, s.client, []string{rkey, doneKey}, token, record, retention.Milliseconds(), releaseChannel(rkey)).Int64()
+	res, err := completeScript.Run(ctx, s.client, []string{rkey, doneKey}, token, record, retention.Milliseconds(),
+		releaseChannel(rkey, s.sharded), s.publish()).Int64()
 	return res == 1, err
 }

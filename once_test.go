@@ -516,10 +516,11 @@ func TestOnceBadInputSendsNothing(t *testing.T) {
 	})
 }
 
-// TestOnceOnCluster runs Once on a one-node Redis Cluster, which refuses
-// a script whose keys are in different slots (CROSSSLOT) even when one
-// node serves both.
-func TestOnceOnCluster(t *testing.T) {
+// oneNodeCluster starts a Redis Cluster of one node, serving every slot,
+// and returns a cluster client of it. It is quick to start, and checks
+// what a cluster checks of scripts and sharded pub/sub.
+func oneNodeCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
 	srv := redistest.New(t, "--cluster-enabled", "yes")
 	ctx := t.Context()
 	admin := srv.Client(t)
@@ -528,9 +529,17 @@ func TestOnceOnCluster(t *testing.T) {
 		info, _ := admin.ClusterInfo(ctx).Result()
 		return strings.Contains(info, "cluster_state:ok")
 	}, "the one-node cluster did not come up")
-
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}, Protocol: 2})
 	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// TestOnceOnCluster runs Once on a one-node Redis Cluster, which refuses
+// a script whose keys are in different slots (CROSSSLOT) even when one
+// node serves both.
+func TestOnceOnCluster(t *testing.T) {
+	ctx := t.Context()
+	cc := oneNodeCluster(t)
 	// The check is real: a script over two keys of different slots fails.
 	err := cc.Eval(ctx, "return 1", []string{"a", "b"}).Err()
 	require.ErrorContains(t, err, "CROSSSLOT")

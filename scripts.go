@@ -62,6 +62,9 @@ type store interface {
 type lockRef struct {
 	keys  []string
 	token any
+	// channel is the sharded channel on which the release is announced,
+	// on Redis Cluster only; nil elsewhere.
+	channel any
 }
 
 // acquireReq is one attempt to take a lock: set keys[0] to token with the
@@ -88,7 +91,16 @@ type acquireRes struct {
 // scriptStore is the store of a single Redis server, Sentinel group or
 // cluster, reached through one go-redis client.
 type scriptStore struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	sharded bool // a cluster client: announce with SPUBLISH
+}
+
+// publish returns the command that announces a release.
+func (s scriptStore) publish() string {
+	if s.sharded {
+		return "spublish"
+	}
+	return "publish"
 }
 
 var _ store = scriptStore{}
@@ -146,7 +158,13 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 }
 
 func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	res, err := releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token).Int64()
+	var res int64
+	var err error
+	if ref.channel != nil {
+		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel).Int64()
+	} else {
+		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token).Int64()
+	}
 	return res == 1, err
 }
 
