@@ -32,6 +32,7 @@ type Locker struct {
 	store  store
 	notify *notifier
 	cfg    config
+	quorum bool  // made by NewQuorum
 	err    error // a bad client or default option given to New
 }
 
@@ -80,6 +81,11 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 	*cfg = l.cfg
 	if err := cfg.apply(opts); err != nil {
 		return config{}, err
+	}
+	if l.quorum {
+		if err := cfg.checkQuorum(); err != nil {
+			return config{}, err
+		}
 	}
 	return *cfg, nil
 }

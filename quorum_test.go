@@ -1,0 +1,226 @@
+package locksmith_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+// quorum is five independent redis-servers.
+type quorum struct {
+	servers []*redistest.Server
+}
+
+func newQuorum(t *testing.T) *quorum {
+	t.Helper()
+	q := &quorum{}
+	for range 5 {
+		q.servers = append(q.servers, redistest.New(t))
+	}
+	return q
+}
+
+// clients returns a new client of each server, with timeouts that the
+// client enforces, as NewQuorum asks.
+func (q *quorum) clients(t *testing.T) []redis.UniversalClient {
+	t.Helper()
+	var cs []redis.UniversalClient
+	for _, s := range q.servers {
+		cs = append(cs, newClient(t, &redis.Options{
+			Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1,
+			DialTimeout: 200 * time.Millisecond, DialerRetries: 1,
+		}, nil))
+	}
+	return cs
+}
+
+// holders counts the servers whose key holds token.
+func (q *quorum) holders(t *testing.T, key, token string) int {
+	t.Helper()
+	n := 0
+	for _, s := range q.servers {
+		if s.Pid() == 0 {
+			continue
+		}
+		c := s.Client(t)
+		if c.Get(t.Context(), key).Val() == token {
+			n++
+		}
+	}
+	return n
+}
+
+func TestQuorumBasics(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	l := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(2*time.Second))
+	key := uniqueKey(t)
+	lk, err := l.Obtain(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, 5, q.holders(t, key, lk.Token()))
+
+	_, err = locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	require.ErrorIs(t, err, locksmith.ErrNotObtained)
+
+	ttl, err := lk.TTL(ctx)
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Second)
+	require.NoError(t, lk.Refresh(ctx, time.Minute))
+	ttl, err = lk.TTL(ctx)
+	require.NoError(t, err)
+	require.Greater(t, ttl, 50*time.Second)
+
+	require.NoError(t, lk.Release(ctx))
+	require.Zero(t, q.holders(t, key, lk.Token()))
+	require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld)
+}
+
+func TestQuorumRefusesWhatItCannotHonour(t *testing.T) {
+	q := newQuorum(t)
+	cnt := &counter{}
+	var cs []redis.UniversalClient
+	for _, s := range q.servers {
+		cs = append(cs, newClient(t, s.Options(), []redis.Hook{cnt}))
+	}
+	ctx := t.Context()
+	l := locksmith.NewQuorum(cs)
+	for _, opt := range []locksmith.Option{locksmith.WithFencing(), locksmith.WithReplicas(1, time.Second)} {
+		_, err := l.Obtain(ctx, "k", opt)
+		require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+		_, err = locksmith.NewQuorum(cs, opt).Obtain(ctx, "k")
+		require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	}
+	_, err := l.Once(ctx, "k", func(context.Context) error { return nil })
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	_, err = locksmith.NewQuorum(nil).Obtain(ctx, "k")
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	_, err = locksmith.NewQuorum([]redis.UniversalClient{cs[0], nil}).Obtain(ctx, "k")
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	require.Zero(t, cnt.count())
+}
+
+func TestQuorumContention(t *testing.T) {
+	q := newQuorum(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	lockers := []*locksmith.Locker{
+		locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(5*time.Second)),
+		locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(5*time.Second)),
+	}
+	acquired, overlaps := contend(t, ctx, lockers, uniqueKey(t), 4, 10, 200*time.Microsecond,
+		locksmith.ExponentialBackoff(time.Millisecond, 20*time.Millisecond))
+	require.Zero(t, overlaps)
+	require.Equal(t, int64(2*4*10), acquired)
+}
+
+func TestQuorumSurvivesMinorityAndFailsClosedWithout(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	l := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(2*time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
+	key := uniqueKey(t)
+	lk, err := l.Obtain(ctx, key)
+	require.NoError(t, err)
+	lctx := lk.Lease(ctx)
+
+	// Two of five down: the lease goes on, others are still refused.
+	q.servers[0].Stop()
+	q.servers[1].Stop()
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, lctx.Err())
+	_, err = locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	require.ErrorIs(t, err, locksmith.ErrNotObtained)
+	other, err := l.Obtain(ctx, uniqueKey(t))
+	require.NoError(t, err, "a new lock needs only the three that are up")
+	require.NoError(t, other.Release(ctx))
+
+	// Three down: no majority answers. The lease ends, and Obtain fails
+	// closed: an error that is not ErrNotObtained.
+	q.servers[2].Stop()
+	select {
+	case <-lctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease survived the loss of the majority")
+	}
+	require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
+	_, err = l.Obtain(ctx, uniqueKey(t))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+	_ = lk.Release(ctx)
+}
+
+func TestQuorumSplitAcquireLeavesNothing(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	key := uniqueKey(t)
+	// Another holder has the key on two masters: three are still enough.
+	for _, s := range q.servers[:2] {
+		require.NoError(t, s.Client(t).Set(ctx, key, "other", time.Minute).Err())
+	}
+	lk, err := locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, 3, q.holders(t, key, lk.Token()))
+	require.NoError(t, lk.Release(ctx))
+	require.Equal(t, 2, q.holders(t, key, "other"), "the other holder's keys are untouched")
+
+	// On three masters: refused, and the two it got are given back.
+	require.NoError(t, q.servers[2].Client(t).Set(ctx, key, "other", time.Minute).Err())
+	_, err = locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	require.ErrorIs(t, err, locksmith.ErrNotObtained)
+	for _, s := range q.servers[3:] {
+		require.Zero(t, s.Client(t).Exists(ctx, key).Val(), "a failed quorum acquire left its key behind")
+	}
+}
+
+// TestQuorumRestartRule shows the Redlock restart rule. A majority of
+// masters restarted empty while a lock is held lets a second holder in at
+// once, while the first still believes it holds the lock until its next
+// renewal fails. Kept out for a TTL, as the rule asks, they come back only
+// after the first holder's lease has ended, so the two never overlap.
+func TestQuorumRestartRule(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	const ttl = 500 * time.Millisecond
+	l := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(50*time.Millisecond))
+
+	t.Run("rejoining at once breaks exclusion", func(t *testing.T) {
+		key := uniqueKey(t)
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		lctx := lk.Lease(ctx)
+		for _, s := range q.servers[:3] {
+			require.NoError(t, s.Restart())
+		}
+		second, err := locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+		require.NoError(t, err, "three empty masters make a majority for anyone")
+		<-lctx.Done() // the first holder learns it at its next renewal
+		require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
+		require.NoError(t, second.Release(ctx))
+		_ = lk.Release(ctx)
+	})
+
+	t.Run("rejoining after a TTL keeps it", func(t *testing.T) {
+		key := uniqueKey(t)
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		lctx := lk.Lease(ctx)
+		for _, s := range q.servers[:3] {
+			s.Stop()
+		}
+		time.Sleep(ttl + 100*time.Millisecond) // the rule: stay out for a TTL
+		require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost,
+			"the lease must have ended before the masters rejoin")
+		for _, s := range q.servers[:3] {
+			require.NoError(t, s.Start())
+		}
+		next, err := locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, next.Release(ctx))
+		_ = lk.Release(ctx)
+	})
+}
