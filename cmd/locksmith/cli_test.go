@@ -25,7 +25,7 @@ func TestHelp(t *testing.T) {
 		}
 		if len(args) == 1 {
 			// The overview documents the exit statuses.
-			for _, want := range []string{"Exit status:", "64 ", "69 ", "75 ", "79 ", "REDIS_URL"} {
+			for _, want := range []string{"Exit status:", "64 ", "69 ", "75 ", "79 ", "80 ", "REDIS_URL"} {
 				if !strings.Contains(stdout, want) {
 					t.Errorf("locksmith %q: %q missing from\n%s", args, want, stdout)
 				}
@@ -70,6 +70,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--key", "k", "--ttl", "0s", "--", "touch", marker}, "--ttl"},
 		{[]string{"run", "--key", "k", "--wait", "-1s", "--", "touch", marker}, "--wait"},
 		{[]string{"run", "--key", "k", "--grace", "-1s", "--", "touch", marker}, "--grace"},
+		{[]string{"run", "--key", "k", "--done-ttl", "1h", "--", "touch", marker}, "--done-ttl needs --once"},
+		{[]string{"run", "--key", "k", "--once", "--done-ttl", "0s", "--", "touch", marker}, "--done-ttl 0s is under 1ms"},
 		{[]string{"run", "--key", "k", "--timeout", "0s", "--", "touch", marker}, "--timeout"},
 		{[]string{"run", "--key", "k", "--bogus", "--", "touch", marker}, "-bogus"},
 		{[]string{"run", "--key", "k", "--redis", "http://localhost/", "--", "touch", marker}, "invalid URL scheme"},

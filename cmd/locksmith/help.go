@@ -21,7 +21,8 @@ Usage:
 Commands:
 
   run       obtain the lock, run COMMAND while renewing the lock, release it
-  status    show whether the lock is held, by which token, for how long
+  status    show whether the lock is held, by which token, for how long;
+            the last fencing token, and the record of a run --once
   release   delete the lock, whoever holds it (needs --force)
 
 Redis:
@@ -39,8 +40,9 @@ Redis:
 
 Exit status:
 
-  0      COMMAND exited 0; run --skip-ok found the lock held elsewhere;
-         status or release succeeded
+  0      COMMAND exited 0; run --skip-ok found the lock held elsewhere,
+         or run --once --skip-ok found the job done; status or release
+         succeeded
   N      COMMAND exited with status N
   128+N  COMMAND was killed by signal N, or locksmith got signal N
          before COMMAND started
@@ -48,7 +50,9 @@ Exit status:
   69     Redis unreachable or answering errors; run runs nothing
   75     the lock is held elsewhere (still, after --wait); run runs nothing
   79     the lock was lost before COMMAND exited; COMMAND was stopped
-         if it was still running
+         if it was still running (with --once, nothing was recorded)
+  80     run --once found that a run under KEY has already succeeded;
+         run runs nothing
   126    COMMAND cannot be executed
   127    COMMAND not found
 
@@ -70,6 +74,27 @@ lock's KEY (without the prefix) in LOCKSMITH_KEY and this run's token (the
 lock's value in Redis) in LOCKSMITH_TOKEN, and renews the lock every third
 of --ttl. When COMMAND exits, run releases the lock and exits with
 COMMAND's status, or 128+N if signal N killed COMMAND.
+
+--once runs COMMAND at most once per KEY, for a job that several hosts, or
+a scheduler that retries, start more than once; put the period the run is
+for in KEY (report:2026-11-30). Before it takes the lock, and again once it
+holds it, run looks for the record of a run under KEY that succeeded. If
+there is one, run prints one line to stderr, runs nothing and exits 80 (0
+with --skip-ok). When COMMAND exits 0, run records its success and
+releases the lock in one step; the record is kept for --done-ttl, after
+which KEY runs again. When COMMAND fails, is killed, or the lock is lost,
+nothing is recorded and run exits as without --once, so the next run
+--once runs COMMAND again. A run that finds the lock held exits 75 at
+once, not knowing yet whether the holder will succeed; with --wait it
+waits, and then exits 80 if the holder succeeded or runs COMMAND if it
+failed.
+
+--fencing gives COMMAND a fencing token in LOCKSMITH_FENCE: a decimal
+integer larger than any token given to an earlier holder of KEY (compare
+them as numbers). A holder that was paused or cut off from Redis may run
+on after its lock has expired and passed to another; to be safe from it,
+COMMAND passes the token with every write, and the resource remembers the
+largest token it has seen and refuses writes that carry a smaller one.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are
 passed on to COMMAND's process group; the lock is released once COMMAND
@@ -107,19 +132,37 @@ Examples:
 
   # A pipeline as COMMAND; the script can log which run it is.
   locksmith run --key export -- sh -c 'echo "run $LOCKSMITH_TOKEN"; pg_dump db | gzip >/srv/db.gz'
+
+  # Yesterday's report, once, from whichever host fires first; hosts that
+  # fire later, or again, skip it for two days.
+  locksmith run --once --done-ttl 48h --skip-ok --key "report:$(date -d yesterday +%F)" \
+    -- /usr/local/bin/report --day yesterday
+
+  # Pass the fencing token with the write; the store refuses a token smaller
+  # than the largest it has seen. Single quotes: $LOCKSMITH_FENCE is set for
+  # COMMAND, not for the shell that starts locksmith.
+  locksmith run --fencing --key inventory -- sh -c \
+    'curl -fsS -X PUT -H "Fencing-Token: $LOCKSMITH_FENCE" -T inventory.json https://store.internal/inventory'
 `
 
 const statusIntro = `Usage: locksmith status [flags] --key KEY [--json]
 
 Show whether the lock KEY is free or held, and if it is held the holder's
-token and the time left before it expires unless renewed. status reads
-PREFIX+KEY with GET and PTTL and changes nothing. It exits 0 whether the
-lock is free or held, and 69 if Redis cannot be read.
+token and the time left before it expires unless renewed; the last fencing
+token issued for KEY (by run --fencing); and the record of a run --once
+under KEY that succeeded: when, by which locksmith (host:pid), under which
+token. status reads them all in one step and changes nothing. It exits 0
+whether the lock is free or held, and 69 if Redis cannot be read or holds
+something at these keys that locksmith did not write.
 
 --json prints one object, such as
   {"key":"backup","redis_key":"locksmith:backup","held":true,"token":"9f...","ttl_ms":27514}
-where token and ttl_ms are absent when the lock is free, and ttl_ms is -1
-for a key that has no expiry (one not set by locksmith).
+or, after a run --once --fencing under KEY has succeeded,
+  {"key":"report:2026-11-30","redis_key":"locksmith:report:2026-11-30","held":false,
+   "fence":1796005500123456,"done":{"completed_at":"2026-11-30T02:25:03Z","by":"db1:4242","token":"3c..."}}
+(on one line). token and ttl_ms are absent when the lock is free, and
+ttl_ms is -1 for a key that has no expiry (one not set by locksmith);
+fence and done are absent when there are none.
 
 Flags:
 
@@ -130,6 +173,9 @@ Examples:
 
   locksmith status --key nightly-report
   locksmith status --key nightly-report --json | jq .held
+
+  # When did the run --once for yesterday's report succeed, and where?
+  locksmith status --key "report:$(date -d yesterday +%F)" --json | jq .done
 `
 
 const releaseIntro = `Usage: locksmith release [flags] --key KEY --force

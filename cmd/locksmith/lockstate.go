@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith"
 )
 
 // lockState is a lock as Redis has it: what status prints, and what
@@ -22,13 +25,40 @@ type lockState struct {
 	// the key has no expiry (it was not set by locksmith). Absent when the
 	// lock is free.
 	TTLMillis *int64 `json:"ttl_ms,omitempty"`
-	// With fencing, the key's fence counter joins these.
+	// Fence is the last fencing token issued for the key (run --fencing);
+	// absent when none was. release does not read it.
+	Fence int64 `json:"fence,omitempty"`
+	// Done is the record of a run --once that succeeded; absent when
+	// there is none. release does not read it.
+	Done *doneState `json:"done,omitempty"`
 }
 
-// inspect reads the lock that c names, and deletes it too when del is
-// set, in one MULTI/EXEC transaction, so that the state it returns is the
-// state that was deleted.
-func inspect(ctx context.Context, client *redis.Client, c *connFlags, del bool) (lockState, error) {
+// doneState is the record run --once keeps of a success.
+type doneState struct {
+	CompletedAt time.Time `json:"completed_at"` // in UTC
+	By          string    `json:"by"`           // the locksmith that ran it, as "host:pid"
+	Token       string    `json:"token"`        // the token of the lock it ran under
+}
+
+// newLockState returns the state that Inspect read for the lock c names.
+func newLockState(c *connFlags, s locksmith.LockStatus) lockState {
+	st := lockState{Key: c.key, RedisKey: c.prefix + c.key, Fence: s.Fence}
+	if s.Held {
+		ms := int64(-1)
+		if s.TTL >= 0 {
+			ms = s.TTL.Milliseconds()
+		}
+		st.Held, st.Token, st.TTLMillis = true, s.Token, &ms
+	}
+	if d := s.Done; d != nil {
+		st.Done = &doneState{CompletedAt: d.At, By: d.By, Token: d.Token}
+	}
+	return st
+}
+
+// deleteLock deletes the lock that c names, and returns what it deleted,
+// read in the same MULTI/EXEC transaction.
+func deleteLock(ctx context.Context, client *redis.Client, c *connFlags) (lockState, error) {
 	st := lockState{Key: c.key, RedisKey: c.prefix + c.key}
 	var (
 		get  *redis.StringCmd
@@ -37,9 +67,7 @@ func inspect(ctx context.Context, client *redis.Client, c *connFlags, del bool) 
 	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, st.RedisKey)
 		pttl = p.PTTL(ctx, st.RedisKey)
-		if del {
-			p.Del(ctx, st.RedisKey)
-		}
+		p.Del(ctx, st.RedisKey)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -65,12 +93,22 @@ func (st lockState) name() string {
 	return fmt.Sprintf("lock %q (Redis key %q)", st.Key, st.RedisKey)
 }
 
-// describe returns st in words, for a person.
-func (st lockState) describe() string {
-	if !st.Held {
-		return st.name() + " is free"
+// describe returns st in words, for a person: one line on the lock, and
+// one each on the fencing token and the record of a success, if any. now
+// is the time to tell the record's age by.
+func (st lockState) describe(now time.Time) string {
+	lines := []string{st.name() + " is free"}
+	if st.Held {
+		lines[0] = fmt.Sprintf("%s is held by token %q, %s", st.name(), st.Token, st.remaining())
 	}
-	return fmt.Sprintf("%s is held by token %q, %s", st.name(), st.Token, st.remaining())
+	if st.Fence != 0 {
+		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))
+	}
+	if d := st.Done; d != nil {
+		lines = append(lines, fmt.Sprintf("a run --once succeeded at %s (%v ago), by %s under token %q",
+			d.CompletedAt.Format(time.RFC3339), now.Sub(d.CompletedAt).Round(time.Second), d.By, d.Token))
+	}
+	return strings.Join(lines, "\n")
 }
 
 // remaining describes the remaining TTL of a held lock.

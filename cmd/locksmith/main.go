@@ -12,8 +12,11 @@
 // COMMAND while a lease renews the lock, releases the lock when COMMAND
 // exits and exits with COMMAND's status. If the lock is lost while COMMAND
 // runs, COMMAND's process group gets SIGTERM, then SIGKILL after --grace.
-// status shows whether a lock is held and for how long; release --force
-// deletes a lock whatever its holder.
+// With --once it runs COMMAND only if no earlier run under the key has
+// succeeded, and records a success; with --fencing COMMAND gets a fencing
+// token to pass to the resource it writes. status shows whether a lock is
+// held and for how long, the last fencing token and the record of a
+// success; release --force deletes a lock whatever its holder.
 //
 // The Redis server is given by --redis URL or, to keep a password out of
 // the process list, by the REDIS_URL environment variable. Run
@@ -52,6 +55,9 @@ const (
 	// exitLost: the lock was lost before COMMAND exited; COMMAND was
 	// stopped if it was still running.
 	exitLost = 79
+	// exitDone: run --once found that a run under the key has already
+	// succeeded; nothing was run. --skip-ok turns it into exitOK.
+	exitDone = 80
 	// exitCannotRun and exitNotFound are what shells use for a command
 	// that cannot be executed and one that does not exist.
 	exitCannotRun = 126

@@ -45,7 +45,7 @@ func (u *ui) release(args []string) int {
 	}
 	defer client.Close()
 
-	st, err := inspect(context.Background(), client, &f.connFlags, true)
+	st, err := deleteLock(context.Background(), client, &f.connFlags)
 	if err != nil {
 		u.errorf("cannot delete lock %q from Redis at %s: %v", f.key, addr, err)
 		return exitRedis

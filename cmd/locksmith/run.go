@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,17 +25,18 @@ const (
 	defaultGrace = 10 * time.Second
 )
 
-// waitBackoff is how run --wait retries while the lock is held. Obtain also
-// tries again as soon as the holder's TTL runs out, so a holder that
-// crashed is replaced at once; one that releases is noticed within the
-// maximum delay.
+// waitBackoff is how run --wait retries while the lock is held. The
+// library wakes a waiting Obtain as soon as the holder releases the lock,
+// and tries again when the holder's TTL runs out, so a holder that crashed
+// is replaced at once; the delays matter only while it cannot hear of
+// releases (its subscription is being set up, or Redis is reconnecting).
 var waitBackoff = locksmith.ExponentialBackoff(25*time.Millisecond, time.Second)
 
 // waitUntil is the retry strategy of run --wait: waitBackoff until the
 // deadline. The wait ends through the strategy rather than a context
-// deadline so that every attempt runs to completion: when the wait ends,
-// the last attempt found the lock held; when Redis cannot be reached,
-// Obtain says so, even if the deadline passes meanwhile.
+// deadline so that no attempt is cut short: when the wait ends, the lock
+// was last found held; when Redis cannot be reached, Obtain says so, even
+// if the deadline passes meanwhile.
 type waitUntil time.Time
 
 func (w waitUntil) NewBackoff() locksmith.Backoff {
@@ -54,18 +57,18 @@ func (w *waitState) Next() (time.Duration, bool) {
 	return min(d, left), ok
 }
 
-// maxReleaseWait bounds the release at the end of a run.
-const maxReleaseWait = 5 * time.Second
-
 // runFlags are the flags of the run command.
 type runFlags struct {
 	connFlags
-	ttl    time.Duration
-	wait   time.Duration // zero: try once
-	grace  time.Duration
-	skipOK bool
-	// Planned: --once, run at most once per key (with the library's Once),
-	// and --fencing, which passes LOCKSMITH_FENCE to COMMAND.
+	ttl     time.Duration
+	wait    time.Duration // zero: try once
+	grace   time.Duration
+	skipOK  bool
+	fencing bool
+	once    bool
+	doneTTL time.Duration
+	// doneTTLSet is true when --done-ttl was given.
+	doneTTLSet bool
 }
 
 func runFlagSet(f *runFlags) *flag.FlagSet {
@@ -74,7 +77,12 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	set.DurationVar(&f.ttl, "ttl", defaultTTL, "the lock's time to live: how long it outlives a locksmith that died; renewed every third of it")
 	set.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for a lock held elsewhere (default: try once)")
 	set.DurationVar(&f.grace, "grace", defaultGrace, "when the lock is lost, the time between SIGTERM and SIGKILL")
-	set.BoolVar(&f.skipOK, "skip-ok", false, fmt.Sprintf("exit 0, not %d, when the lock is held elsewhere", exitHeld))
+	set.BoolVar(&f.skipOK, "skip-ok", false,
+		fmt.Sprintf("exit 0, not %d, when the lock is held elsewhere (and not %d when --once finds the job done)", exitHeld, exitDone))
+	set.BoolVar(&f.fencing, "fencing", false, "take a fencing token, larger than any taken before for KEY, and pass it to COMMAND in LOCKSMITH_FENCE")
+	set.BoolVar(&f.once, "once", false,
+		fmt.Sprintf("run COMMAND only if no run under KEY has succeeded (else exit %d), and record its success for --done-ttl", exitDone))
+	set.DurationVar(&f.doneTTL, "done-ttl", locksmith.DefaultDoneTTL, "with --once, how long a success is recorded: KEY runs again after that")
 	return set
 }
 
@@ -89,6 +97,10 @@ func (f *runFlags) check(command []string) error {
 		return fmt.Errorf("--wait %v is negative", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace %v is negative", f.grace)
+	case f.doneTTLSet && !f.once:
+		return errors.New("--done-ttl needs --once")
+	case f.doneTTL < time.Millisecond:
+		return fmt.Errorf("--done-ttl %v is under 1ms", f.doneTTL)
 	case len(command) == 0:
 		return errors.New("no COMMAND given")
 	}
@@ -102,6 +114,7 @@ func (u *ui) run(args []string) int {
 	if code, ok := u.parseFlags(set, "run", args); !ok {
 		return code
 	}
+	set.Visit(func(fl *flag.Flag) { f.doneTTLSet = f.doneTTLSet || fl.Name == "done-ttl" })
 	command := set.Args()
 	if err := f.check(command); err != nil {
 		return u.usageError("run", err)
@@ -127,13 +140,17 @@ func (u *ui) run(args []string) int {
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
+	opts := []locksmith.Option{locksmith.WithPrefix(f.prefix), locksmith.WithTTL(f.ttl), locksmith.WithDoneTTL(f.doneTTL)}
+	if f.fencing {
+		opts = append(opts, locksmith.WithFencing())
+	}
 	r := &runner{
 		ui:      u,
 		flags:   &f,
 		command: command,
 		path:    path,
 		addr:    addr,
-		locker:  locksmith.New(client, locksmith.WithPrefix(f.prefix), locksmith.WithTTL(f.ttl)),
+		locker:  locksmith.New(client, opts...),
 		sigs:    sigs,
 	}
 	return r.run()
@@ -161,98 +178,184 @@ type runner struct {
 	sigs    <-chan os.Signal
 }
 
+// errCommandFailed is what the job gives the library when COMMAND did not
+// exit 0 (or did not run), so that Once records no completion.
+var errCommandFailed = errors.New("command failed")
+
 // run obtains the lock, runs COMMAND under a lease and releases the lock,
-// and returns the exit status.
+// with WithLock, or with Once for --once, and returns the exit status.
 func (r *runner) run() int {
-	lk, code, ok := r.obtain()
-	if !ok {
-		return code
-	}
-	// --once will take the place of obtain and Lease: Locker.Once obtains
-	// the lock and calls a function that runs r.supervise with
-	// LockFromContext(ctx) and its ctx as the lease, and fails unless
-	// COMMAND exited 0, so that only a success is recorded.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lease := lk.Lease(ctx)
+	interrupt := r.interruptOnSignal(cancel)
+	var opts []locksmith.Option
+	if r.flags.wait > 0 {
+		opts = append(opts, locksmith.WithRetry(waitUntil(time.Now().Add(r.flags.wait))))
+	}
 
-	o := r.supervise(lk, lease)
-	// Read before the release, which ends the lease too.
-	lostCause := context.Cause(lease)
-	relErr := r.releaseLock(lk)
-	switch {
+	var (
+		called bool    // the library called job: the lock was obtained
+		o      outcome // how supervise ended, once called
+		lost   error   // why the lock was lost while COMMAND ran, if it was
+	)
+	job := func(lease context.Context) error {
+		called = true
+		if sig := interrupt.stop(); sig != nil {
+			r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
+			o = outcome{status: exitSignal + signalNumber(sig)}
+			return errCommandFailed
+		}
+		o = r.supervise(locksmith.LockFromContext(lease), lease)
+		// Read before the lease ends with the release.
+		if cause := context.Cause(lease); errors.Is(cause, locksmith.ErrLockLost) {
+			lost = cause
+		}
+		if o.status != exitOK {
+			return errCommandFailed
+		}
+		return nil
+	}
+	var err error
+	if r.flags.once {
+		_, err = r.locker.Once(ctx, r.flags.key, job, opts...)
+	} else {
+		err = r.locker.WithLock(ctx, r.flags.key, job, opts...)
+	}
+	sig := interrupt.stop()
+	if !called {
+		return r.notRun(err, sig)
+	}
+
+	switch endErr := withoutErr(err, errCommandFailed); {
 	case !o.ran || o.stopped:
 		return o.status // reported already
-	case lostCause != nil:
-		r.errorf("lost lock %q just before %q exited with status %d (%s)",
-			r.flags.key, r.command[0], o.status, lostText(lostCause))
+	case lost != nil:
+		r.errorf("lost lock %q just before %q exited with status %d (%s)%s",
+			r.flags.key, r.command[0], o.status, lostText(lost), r.notRecorded(o))
 		return exitLost
-	case errors.Is(relErr, locksmith.ErrNotHeld):
-		r.errorf("lock %q expired or was taken before %q exited with status %d; another run may have overlapped",
-			r.flags.key, r.command[0], o.status)
+	case errors.Is(err, locksmith.ErrLockLost):
+		r.errorf("lock %q expired or was taken before %q exited with status %d; another run may have overlapped%s",
+			r.flags.key, r.command[0], o.status, r.notRecorded(o))
 		return exitLost
-	case relErr != nil:
-		r.errorf("could not release lock %q (it expires within %v): %s", r.flags.key, r.flags.ttl, errText(relErr))
+	case endErr != nil && r.flags.once && o.status == exitOK:
+		r.errorf("could not record that %q succeeded under %q (if it was not recorded, the next run --once runs it again; "+
+			"the lock expires within %v): %s", r.command[0], r.flags.key, r.flags.ttl, errText(endErr))
+	case endErr != nil:
+		r.errorf("could not release lock %q (it expires within %v): %s", r.flags.key, r.flags.ttl, errText(endErr))
 	}
 	return o.status
 }
 
-// obtain obtains the lock, waiting up to --wait for it, and gives up when a
-// signal arrives. When it returns false, run must exit with the returned
-// status; the lock is not held then.
-func (r *runner) obtain() (*locksmith.Lock, int, bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var opts []locksmith.Option
-	if r.flags.wait > 0 {
-		// Release notifications, once the library has them, will wake the
-		// wait here sooner than the retry strategy does.
-		opts = append(opts, locksmith.WithRetry(waitUntil(time.Now().Add(r.flags.wait))))
-	}
-
-	type result struct {
-		lk  *locksmith.Lock
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		lk, err := r.locker.Obtain(ctx, r.flags.key, opts...)
-		done <- result{lk, err}
-	}()
-	var res result
-	select {
-	case res = <-done:
-	case sig := <-r.sigs:
-		cancel()
-		if res = <-done; res.lk != nil {
-			_ = r.releaseLock(res.lk)
-		}
-		r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
-		return nil, exitSignal + signalNumber(sig), false
-	}
-
-	err := res.err
+// notRun reports why the library returned err without running COMMAND, and
+// returns the exit status. sig is the signal that interrupted the wait for
+// the lock, if one did.
+func (r *runner) notRun(err error, sig os.Signal) int {
 	switch {
+	case sig != nil:
+		r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
+		return exitSignal + signalNumber(sig)
 	case err == nil:
-		return res.lk, 0, true
+		// Only Once returns nil without calling the job: it is done.
+		r.errorf("%s; not running %q", r.doneText(), r.command[0])
+		return r.skipped(exitDone)
 	case errors.Is(err, locksmith.ErrNotObtained):
-		status := exitHeld
-		if r.flags.skipOK {
-			status = exitOK
-		}
 		if r.flags.wait > 0 {
 			r.errorf("lock %q is still held elsewhere after waiting %v; not running %q", r.flags.key, r.flags.wait, r.command[0])
 		} else {
 			r.errorf("lock %q is held elsewhere; not running %q", r.flags.key, r.command[0])
 		}
-		return nil, status, false
+		return r.skipped(exitHeld)
 	case errors.Is(err, locksmith.ErrInvalidArgument):
-		return nil, r.usageError("run", errors.New(errText(err))), false
+		return r.usageError("run", errors.New(errText(err)))
 	default:
 		// Nobody knows whether the lock is free: fail closed.
 		r.errorf("cannot obtain lock %q from Redis at %s, not running %q: %s", r.flags.key, r.addr, r.command[0], errText(err))
-		return nil, exitRedis, false
+		return exitRedis
 	}
+}
+
+// skipped returns the exit status of a run that skipped COMMAND: status,
+// or exitOK with --skip-ok.
+func (r *runner) skipped(status int) int {
+	if r.flags.skipOK {
+		return exitOK
+	}
+	return status
+}
+
+// doneText says that the job under --key has already completed, and when
+// and where, if the record can be read.
+func (r *runner) doneText() string {
+	ctx, cancel := context.WithTimeout(context.Background(), r.flags.timeout)
+	defer cancel()
+	c, ok, err := r.locker.Done(ctx, r.flags.key)
+	if err != nil || !ok {
+		// It was there a moment ago; the details are not worth failing for.
+		return fmt.Sprintf("a run under %q has already succeeded", r.flags.key)
+	}
+	return fmt.Sprintf("a run under %q has already succeeded, at %s by %s", r.flags.key, c.At.Format(time.RFC3339), c.By)
+}
+
+// notRecorded returns what a message about a lost lock adds for --once
+// when COMMAND succeeded: its success was not recorded.
+func (r *runner) notRecorded(o outcome) string {
+	if !r.flags.once || o.status != exitOK {
+		return ""
+	}
+	return "; its success was not recorded, so the next run --once runs it again"
+}
+
+// withoutErr returns err without target: nil if err is target, or the
+// other errors if err joins target to them, as WithLock and Once join
+// their release error to the job's.
+func withoutErr(err, target error) error {
+	if err == target {
+		return nil
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var rest []error
+	for _, e := range joined.Unwrap() {
+		if e != target {
+			rest = append(rest, e)
+		}
+	}
+	return errors.Join(rest...)
+}
+
+// An interrupter ends the wait for the lock when a signal arrives, by
+// cancelling the context of the wait. It watches from when run starts
+// until COMMAND is about to start; supervise then takes the signals over.
+type interrupter struct {
+	stopWatch chan struct{} // closed by stop
+	once      sync.Once
+	done      chan struct{} // closed when the watching goroutine has returned
+	sig       os.Signal     // the signal that ended the wait; set before done is closed
+}
+
+func (r *runner) interruptOnSignal(cancel context.CancelFunc) *interrupter {
+	in := &interrupter{stopWatch: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		select {
+		case sig := <-r.sigs:
+			in.sig = sig
+			cancel()
+		case <-in.stopWatch:
+		}
+	}()
+	return in
+}
+
+// stop stops watching for signals, waits until the watching goroutine has
+// returned, and returns the signal that ended the wait, or nil. It may be
+// called more than once.
+func (in *interrupter) stop() os.Signal {
+	in.once.Do(func() { close(in.stopWatch) })
+	<-in.done
+	return in.sig
 }
 
 // An outcome is how supervise ended.
@@ -282,7 +385,7 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 	// See sysProcAttr: the parent-death signal follows this thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c, err := startChild(r.path, r.command, childEnv(lk))
+	c, err := startChild(r.path, r.command, r.childEnv(lk))
 	if err != nil {
 		r.errorf("cannot run %q: %v", r.command[0], err)
 		return outcome{status: exitCannotRun}
@@ -352,21 +455,18 @@ func (r *runner) kill(c *child, sig syscall.Signal) {
 	}
 }
 
-// releaseLock releases lk, bounded in time.
-func (r *runner) releaseLock(lk *locksmith.Lock) error {
-	ctx, cancel := context.WithTimeout(context.Background(), min(r.flags.ttl, maxReleaseWait))
-	defer cancel()
-	return lk.Release(ctx)
-}
-
 // childEnv returns COMMAND's environment: locksmith's own, with the lock's
-// key (as given, without the prefix) and token.
-func childEnv(lk *locksmith.Lock) []string {
-	// With --fencing, LOCKSMITH_FENCE joins them.
-	return append(os.Environ(),
+// key (as given, without the prefix) and token, and with --fencing its
+// fencing token, in decimal.
+func (r *runner) childEnv(lk *locksmith.Lock) []string {
+	env := append(os.Environ(),
 		"LOCKSMITH_KEY="+lk.Key(),
 		"LOCKSMITH_TOKEN="+lk.Token(),
 	)
+	if r.flags.fencing {
+		env = append(env, "LOCKSMITH_FENCE="+strconv.FormatInt(lk.Fence(), 10))
+	}
+	return env
 }
 
 // lostText returns why a lock was lost, without the library's prefixes.

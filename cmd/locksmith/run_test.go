@@ -97,6 +97,8 @@ func TestRunHeldElsewhere(t *testing.T) {
 		{nil, 75},
 		{[]string{"--skip-ok"}, 0},
 		{[]string{"--wait", "300ms"}, 75},
+		{[]string{"--once"}, 75},
+		{[]string{"--once", "--skip-ok"}, 0},
 	} {
 		args := append(append([]string{"run", "--redis", url, "--key", key}, tc.flags...), "--", "touch", dir+"/ran")
 		code, stdout, stderr := locksmith(t, nil, args...)

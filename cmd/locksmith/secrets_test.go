@@ -18,12 +18,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	t.Parallel()
 	secret := fmt.Sprintf("s3cret-%d", time.Now().UnixNano())
 	wrong := fmt.Sprintf("wr0ng-%d", time.Now().UnixNano())
-	// redistest cannot start a server with --requirepass (its readiness
-	// check is an unauthenticated PING), so the password is set after.
-	withAuth := redistest.New(t)
-	if err := withAuth.Client(t).ConfigSet(t.Context(), "requirepass", secret).Err(); err != nil {
-		t.Fatal(err)
-	}
+	withAuth := redistest.New(t, "--requirepass", secret)
 	noAuth := redistest.Shared(t)
 	dir := t.TempDir()
 

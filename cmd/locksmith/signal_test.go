@@ -63,27 +63,37 @@ func signalName(sig syscall.Signal) string {
 // A signal while waiting for the lock ends the wait: nothing runs.
 func TestRunSignalWhileWaiting(t *testing.T) {
 	t.Parallel()
-	// A server of its own, to see locksmith connect: by then it has its
-	// signal handlers, and a SIGTERM no longer kills it outright.
-	srv := redistest.New(t)
-	client := srv.Client(t)
-	key, dir := uniqueKey(t), t.TempDir()
-	if err := client.Set(t.Context(), "locksmith:"+key, "someone-else", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	p := start(t, nil, "run", "--redis", redisURL(srv, 0), "--key", key, "--wait", "60s", "--", "touch", dir+"/ran")
-	eventually(t, 20*time.Second, func() bool {
-		return strings.Count(client.ClientList(t.Context()).Val(), "\n") >= 2
-	}, "locksmith did not connect")
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	p.expect(t, 128+15)
-	if exists(dir + "/ran") {
-		t.Error("the command ran")
-	}
-	if got := client.Get(t.Context(), "locksmith:"+key).Val(); got != "someone-else" {
-		t.Errorf("the holder's lock was changed to %q", got)
+	for _, flags := range [][]string{nil, {"--once"}} {
+		t.Run(strings.Join(append([]string{"run"}, flags...), " "), func(t *testing.T) {
+			t.Parallel()
+			// A server of its own, to see locksmith connect: by then it
+			// has its signal handlers, and a SIGTERM no longer kills it
+			// outright.
+			srv := redistest.New(t)
+			client := srv.Client(t)
+			key, dir := uniqueKey(t), t.TempDir()
+			if err := client.Set(t.Context(), "locksmith:"+key, "someone-else", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"run", "--redis", redisURL(srv, 0), "--key", key, "--wait", "60s"}, flags...)
+			p := start(t, nil, append(args, "--", "touch", dir+"/ran")...)
+			eventually(t, 20*time.Second, func() bool {
+				return strings.Count(client.ClientList(t.Context()).Val(), "\n") >= 2
+			}, "locksmith did not connect")
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			p.expect(t, 128+15)
+			if errOut := p.errOut(t); !strings.Contains(errOut, "while obtaining lock") {
+				t.Errorf("stderr %q does not say the wait was interrupted", errOut)
+			}
+			if exists(dir + "/ran") {
+				t.Error("the command ran")
+			}
+			if got := client.Get(t.Context(), "locksmith:"+key).Val(); got != "someone-else" {
+				t.Errorf("the holder's lock was changed to %q", got)
+			}
+		})
 	}
 }
 

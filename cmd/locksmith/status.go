@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"time"
+
+	"github.com/locksmith-go/locksmith"
 )
 
 // statusFlags are the flags of the status command.
@@ -16,7 +19,7 @@ type statusFlags struct {
 func statusFlagSet(f *statusFlags) *flag.FlagSet {
 	set := newFlagSet("status")
 	f.connFlags.register(set)
-	set.BoolVar(&f.json, "json", false, "print one JSON object rather than a sentence")
+	set.BoolVar(&f.json, "json", false, "print one JSON object rather than text")
 	return set
 }
 
@@ -39,11 +42,13 @@ func (u *ui) status(args []string) int {
 	}
 	defer client.Close()
 
-	st, err := inspect(context.Background(), client, &f.connFlags, false)
+	locker := locksmith.New(client, locksmith.WithPrefix(f.prefix))
+	s, err := locker.Inspect(context.Background(), f.key)
 	if err != nil {
-		u.errorf("cannot read lock %q from Redis at %s: %v", f.key, addr, err)
+		u.errorf("cannot read lock %q from Redis at %s: %s", f.key, addr, errText(err))
 		return exitRedis
 	}
+	st := newLockState(&f.connFlags, s)
 	if f.json {
 		out, err := json.Marshal(st)
 		if err != nil {
@@ -52,6 +57,6 @@ func (u *ui) status(args []string) int {
 		fmt.Fprintf(u.stdout, "%s\n", out)
 		return exitOK
 	}
-	fmt.Fprintln(u.stdout, st.describe())
+	fmt.Fprintln(u.stdout, st.describe(time.Now()))
 	return exitOK
 }

@@ -16,6 +16,12 @@ type statusJSON struct {
 	Held      bool   `json:"held"`
 	Token     string `json:"token"`
 	TTLMillis *int64 `json:"ttl_ms"`
+	Fence     int64  `json:"fence"`
+	Done      *struct {
+		CompletedAt time.Time `json:"completed_at"`
+		By          string    `json:"by"`
+		Token       string    `json:"token"`
+	} `json:"done"`
 }
 
 func status(t *testing.T, url, key string) statusJSON {
@@ -41,11 +47,11 @@ func TestStatus(t *testing.T) {
 
 	t.Run("free", func(t *testing.T) {
 		key := uniqueKey(t)
-		if st := status(t, url, key); st.Held || st.Token != "" || st.TTLMillis != nil {
-			t.Errorf("free lock: %+v, want held false and no token or ttl_ms", st)
+		if st := status(t, url, key); st.Held || st.Token != "" || st.TTLMillis != nil || st.Fence != 0 || st.Done != nil {
+			t.Errorf("free lock: %+v, want held false and no token, ttl_ms, fence or done", st)
 		}
 		code, stdout, _ := locksmith(t, nil, "status", "--redis", url, "--key", key)
-		if code != 0 || !strings.Contains(stdout, "is free") {
+		if code != 0 || !strings.HasSuffix(stdout, "is free\n") {
 			t.Errorf("status: exit %d, stdout %q; want 0 and free", code, stdout)
 		}
 	})

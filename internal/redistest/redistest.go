@@ -1,6 +1,7 @@
 // Package redistest starts private redis-server processes for tests: each
 // on a free loopback port, in its own temporary directory, without
-// persistence, stopped when the test (or the test binary) is done.
+// persistence, stopped when the test (or the test binary) is done. On
+// Linux a server is also killed if the test binary dies.
 //
 // When redis-server is not on PATH the tests that need it are skipped with
 // a loud message, unless the environment variable named by RequireEnv is
@@ -37,6 +38,10 @@ const startTimeout = 10 * time.Second
 type Server struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
+	// Password is the password the server requires, given to Start as
+	// "--requirepass", PASSWORD; "" when it requires none. Options and
+	// Client use it.
+	Password string
 
 	dir  string
 	args []string
@@ -67,7 +72,8 @@ func Require(t testing.TB) {
 }
 
 // New starts a server for t and stops it when t ends. extra are further
-// redis-server arguments, such as "--maxmemory", "1mb".
+// redis-server arguments, such as "--maxmemory", "1mb", or
+// "--requirepass", "secret".
 func New(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	Require(t)
@@ -114,16 +120,18 @@ func StopShared() {
 	}
 }
 
-// Start starts a redis-server whose files live in dir. It tries a few free
-// ports in case another process takes the one it picked first.
+// Start starts a redis-server whose files live in dir, with the extra
+// arguments, as New does. It tries a few free ports in case another
+// process takes the one it picked first.
 func Start(dir string, extra ...string) (*Server, error) {
+	password := requirePass(extra)
 	var errs []error
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Password: password, dir: dir}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -152,13 +160,13 @@ func (s *Server) Start() error {
 	}
 	cmd := exec.Command("redis-server", s.args...)
 	// Never leave a server behind if the test binary dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := waitReady(s.Addr, exited); err != nil {
+	if err := waitReady(s.Addr, s.Password, exited); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
 		return fmt.Errorf("redis-server on %s: %w (log: %s)", s.Addr, err, s.logTail())
@@ -219,7 +227,7 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 
 // Options returns client options for the server.
 func (s *Server) Options() *redis.Options {
-	return &redis.Options{Addr: s.Addr, Protocol: 2}
+	return &redis.Options{Addr: s.Addr, Password: s.Password, Protocol: 2}
 }
 
 func (s *Server) logTail() string {
@@ -245,13 +253,27 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitReady polls addr with PING until it answers PONG, the process exits,
-// or startTimeout passes.
-func waitReady(addr string, exited <-chan error) error {
+// requirePass returns the password that the redis-server arguments args
+// set with --requirepass, or "".
+func requirePass(args []string) string {
+	password := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			password = args[i+1] // the last one wins, as in redis-server
+			i++
+		}
+	}
+	return password
+}
+
+// waitReady polls addr with PING, authenticated with password if it is
+// not empty, until it answers PONG, the process exits, or startTimeout
+// passes.
+func waitReady(addr, password string, exited <-chan error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for {
-		if ping(addr) == nil {
+		if ping(addr, password) == nil {
 			return nil
 		}
 		select {
@@ -264,22 +286,42 @@ func waitReady(addr string, exited <-chan error) error {
 	}
 }
 
-func ping(addr string) error {
+// ping sends PING to addr, after AUTH when password is not empty, and
+// checks the replies.
+func ping(addr, password string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	r := bufio.NewReader(c)
+	if password != "" {
+		if err := roundTrip(c, r, "+OK\r\n", "AUTH", password); err != nil {
+			return err
+		}
+	}
+	return roundTrip(c, r, "+PONG\r\n", "PING")
+}
+
+// roundTrip sends the command args, as a RESP array so that any argument
+// may contain spaces, and checks that the reply is want.
+func roundTrip(c net.Conn, r *bufio.Reader, want string, args ...string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
+	if line != want {
+		// A refused AUTH does not quote the password.
+		return fmt.Errorf("%s answered %q", args[0], line)
 	}
 	return nil
 }

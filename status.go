@@ -1,0 +1,141 @@
+package locksmith
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed inspect.lua
+	inspectSrc    string
+	inspectScript = redis.NewScript(inspectSrc)
+)
+
+// A LockStatus is what Redis holds for one lock key, as Inspect reads it:
+// the lock, its fence counter and its completion record.
+type LockStatus struct {
+	// Held reports whether someone holds the lock.
+	Held bool
+	// Token is the holder's token (see Lock.Token), or "" when the lock
+	// is free.
+	Token string
+	// TTL is the lock's remaining time to live, as the server counts it,
+	// or 0 when the lock is free. It is negative when the key has no
+	// expiry, which only happens when something outside this package set
+	// it.
+	TTL time.Duration
+	// Fence is the last fencing token issued for the key (see
+	// WithFencing), or 0 when none was. It is the holder's own token
+	// only if the holder obtained the lock with fencing.
+	Fence int64
+	// Done is the completion record Once keeps for the key, or nil when
+	// there is none: the job has not completed, or its record expired.
+	Done *Completion
+}
+
+// Inspect reads the state of the lock on key, for status pages and
+// operators: whether it is held, by which token and for how long, the last
+// fencing token issued for it, and the completion record Once keeps for
+// it. It changes nothing, and holds no lock: the state may change as soon
+// as it is read. The options are checked as for Obtain, but only the
+// prefix matters.
+//
+// Inspect reads the three keys in one step, so they are consistent with
+// each other, in one round trip (two when the server first answers
+// NOSCRIPT). They share the lock key's Redis Cluster slot (see Once), so
+// Inspect works on Redis Cluster too.
+//
+// An error means Redis could not answer, or one of the keys holds
+// something this package did not write there.
+func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockStatus, error) {
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		return LockStatus{}, err
+	}
+	st, ok := l.store.(inspectStore)
+	if !ok {
+		return LockStatus{}, fmt.Errorf("%w: this Locker's store cannot be inspected", ErrInvalidArgument)
+	}
+	rkey := cfg.prefix + key
+	fenceKey, doneKey := slotKey(rkey, fenceSuffix), slotKey(rkey, doneSuffix)
+	raw, err := st.inspect(ctx, rkey, fenceKey, doneKey)
+	if err != nil {
+		return LockStatus{}, fmt.Errorf("locksmith: inspect %q: %w", key, err)
+	}
+	var s LockStatus
+	if raw.held {
+		s.Held, s.Token, s.TTL = true, raw.token, raw.ttl
+	}
+	if raw.hasFence {
+		s.Fence, err = strconv.ParseInt(raw.fence, 10, 64)
+		if err != nil {
+			return LockStatus{}, fmt.Errorf("locksmith: fence counter of %q at %q is not one WithFencing wrote: %w", key, fenceKey, err)
+		}
+	}
+	if raw.hasRecord {
+		c, err := decodeCompletion(raw.record)
+		if err != nil {
+			return LockStatus{}, fmt.Errorf("locksmith: completion record of %q at %q is not one Once wrote: %w", key, doneKey, err)
+		}
+		s.Done = &c
+	}
+	return s, nil
+}
+
+// decodeCompletion decodes a completion record as Once writes it.
+func decodeCompletion(record string) (Completion, error) {
+	var r completionRecord
+	if err := json.Unmarshal([]byte(record), &r); err != nil {
+		return Completion{}, err
+	}
+	return Completion{At: r.CompletedAt, By: r.By, Token: r.Token}, nil
+}
+
+// rawStatus is what a store reads for Inspect: the values of the lock key,
+// the fence counter and the completion record.
+type rawStatus struct {
+	held      bool
+	token     string
+	ttl       time.Duration // negative when the lock key has no expiry
+	hasFence  bool
+	fence     string
+	hasRecord bool
+	record    string
+}
+
+// An inspectStore is a store that can read a lock's state for Inspect.
+type inspectStore interface {
+	// inspect reads rkey and its TTL, fenceKey and doneKey, which live in
+	// rkey's cluster slot, in one step.
+	inspect(ctx context.Context, rkey, fenceKey, doneKey string) (rawStatus, error)
+}
+
+var _ inspectStore = scriptStore{}
+
+func (s scriptStore) inspect(ctx context.Context, rkey, fenceKey, doneKey string) (rawStatus, error) {
+	res, err := inspectScript.Run(ctx, s.client, []string{rkey, fenceKey, doneKey}).Slice()
+	if err != nil {
+		return rawStatus{}, err
+	}
+	if len(res) != 4 {
+		return rawStatus{}, fmt.Errorf("inspect script returned %d values, want 4", len(res))
+	}
+	var raw rawStatus
+	raw.token, raw.held = res[0].(string)
+	raw.fence, raw.hasFence = res[2].(string)
+	raw.record, raw.hasRecord = res[3].(string)
+	if raw.held {
+		ms, ok := res[1].(int64)
+		if !ok {
+			return rawStatus{}, fmt.Errorf("inspect script returned a PTTL of %T, want an integer", res[1])
+		}
+		raw.ttl = time.Duration(ms) * time.Millisecond
+	}
+	return raw, nil
+}
