@@ -51,6 +51,9 @@ type Completion struct {
 	By string
 	// Token is the token of the lock the job ran under (see Lock.Token).
 	Token string
+	// Fence is the fencing token of that lock (see WithFencing), or 0
+	// when it was obtained without fencing.
+	Fence int64
 }
 
 // completionRecord is how a Completion is stored in Redis, as JSON.
@@ -58,6 +61,7 @@ type completionRecord struct {
 	CompletedAt time.Time `json:"completed_at"`
 	By          string    `json:"by"`
 	Token       string    `json:"token"`
+	Fence       int64     `json:"fence,omitempty"`
 }
 
 // processIdentity returns "host:pid" for this process.
@@ -150,6 +154,7 @@ func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Conte
 			CompletedAt: time.Now().UTC(),
 			By:          processIdentity(),
 			Token:       lk.Token(),
+			Fence:       lk.Fence(),
 		})
 		if err != nil {
 			return err
@@ -182,11 +187,11 @@ func (l *Locker) Done(ctx context.Context, key string, opts ...Option) (c Comple
 	if !ok {
 		return Completion{}, false, nil
 	}
-	var r completionRecord
-	if err := json.Unmarshal([]byte(value), &r); err != nil {
+	c, err = decodeCompletion(value)
+	if err != nil {
 		return Completion{}, false, fmt.Errorf("locksmith: completion record of %q at %q is not one Once wrote: %w", key, doneKey, err)
 	}
-	return Completion{At: r.CompletedAt, By: r.By, Token: r.Token}, true, nil
+	return c, true, nil
 }
 
 // onceConfig resolves the options for a call of Once or Done on key, and

@@ -349,6 +349,21 @@ func TestDone(t *testing.T) {
 		host, _ := os.Hostname()
 		require.Equal(t, fmt.Sprintf("%s:%d", host, os.Getpid()), c.By)
 		require.Equal(t, int64(1), raw.Exists(ctx, doneKey("jobs:"+key)).Val(), "the record is at {prefix+key}:done")
+		require.Zero(t, c.Fence, "no fencing, no fence")
+
+		// With fencing the record keeps the fence of the run.
+		fenced := uniqueKey(t)
+		var fence int64
+		_, err = l.Once(ctx, fenced, func(ctx context.Context) error {
+			fence = locksmith.LockFromContext(ctx).Fence()
+			return nil
+		}, locksmith.WithFencing())
+		require.NoError(t, err)
+		c, ok, err = l.Done(ctx, fenced)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Positive(t, fence)
+		require.Equal(t, fence, c.Fence)
 
 		// A lock key with a hash tag keeps it: the record is prefix+key+":done".
 		tagged := "{" + uniqueKey(t) + "}:ship"

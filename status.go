@@ -94,7 +94,7 @@ func decodeCompletion(record string) (Completion, error) {
 	if err := json.Unmarshal([]byte(record), &r); err != nil {
 		return Completion{}, err
 	}
-	return Completion{At: r.CompletedAt, By: r.By, Token: r.Token}, nil
+	return Completion{At: r.CompletedAt, By: r.By, Token: r.Token, Fence: r.Fence}, nil
 }
 
 // rawStatus is what a store reads for Inspect: the values of the lock key,
