@@ -95,8 +95,8 @@ type notifier struct {
 	// active counts the keys with a queue, so that an Obtain on a Locker
 	// that waits for nothing skips the lookup.
 	active atomic.Int64
-	// rtt is a moving average of how long the waiters' attempts take, in
-	// nanoseconds: how long a Locker defers to its rivals.
+	// rtt estimates, in nanoseconds, how long the waiters' attempts take
+	// on a quiet path: how long a Locker defers to its rivals.
 	rtt atomic.Int64
 
 	mu   sync.Mutex           // guards the fields below, every keyQueue and every subConn
@@ -408,14 +408,18 @@ func (n *notifier) dispatch(c *subConn) {
 	}
 }
 
-// observe folds the duration of one attempt into the round-trip average.
+// observe folds the duration of one attempt into the round-trip
+// estimate. The estimate follows the fastest attempts (it drops to any
+// faster one, and rises only slowly) because slow ones measure a busy
+// process or server, not the network, and a deferral that grows with them
+// would delay every handoff.
 func (n *notifier) observe(d time.Duration) {
 	old := n.rtt.Load()
-	if old == 0 {
+	if old == 0 || int64(d) < old {
 		n.rtt.Store(int64(d))
 		return
 	}
-	n.rtt.Store(old + (int64(d)-old)/8)
+	n.rtt.Store(old + (int64(d)-old)/64)
 }
 
 // roundTrip returns how long a Locker defers to its rivals after its own

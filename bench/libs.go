@@ -25,9 +25,11 @@ type lib interface {
 	name() string
 	// settings says how the library is configured, for the legend.
 	settings() string
-	// newLocker returns an independent instance, with its own client and
-	// connections, as a separate process would have.
-	newLocker(url string) (locker, error)
+	// runsOn is the deployment it is measured on.
+	runsOn() topology
+	// newLocker returns an independent instance on d, with its own
+	// clients and connections, as a separate process would have.
+	newLocker(d *deployment) (locker, error)
 }
 
 // A locker is one instance of a lib, safe for concurrent use.
@@ -59,6 +61,8 @@ func libraries(rawRetry time.Duration) []lib {
 	return []lib{
 		rawLib{retry: rawRetry},
 		locksmithLib{},
+		smithQuorumLib{},
+		smithClusterLib{},
 		redislockLib{interval: 5 * time.Millisecond, why: "a tight setting"},
 		redislockLib{interval: 100 * time.Millisecond, why: "the interval of its README/example retry"},
 		redsyncLib{},
@@ -90,6 +94,8 @@ var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then 
 
 func (r rawLib) name() string { return "raw go-redis" }
 
+func (r rawLib) runsOn() topology { return mainServer }
+
 func (r rawLib) settings() string {
 	wait := fmt.Sprintf("SET NX retried every %v", r.retry)
 	if r.retry <= 0 {
@@ -98,8 +104,8 @@ func (r rawLib) settings() string {
 	return fmt.Sprintf("go-redis v9 SET NX (TTL %v) + EVALSHA compare-and-delete; %s; the baseline", lockTTL, wait)
 }
 
-func (r rawLib) newLocker(url string) (locker, error) {
-	c, err := newGoRedis(url)
+func (r rawLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
 	if err != nil {
 		return nil, err
 	}
@@ -150,26 +156,89 @@ func (l *rawLocker) close() { _ = l.client.Close() }
 
 // --- locksmith (the working tree) ----------------------------------------------
 
+// smithRetry is the retry setting of every locksmith row.
+func smithRetry() locksmith.Option {
+	return locksmith.WithRetry(locksmith.LinearBackoff(50 * time.Millisecond))
+}
+
 type locksmithLib struct{}
 
 func (locksmithLib) name() string { return "locksmith" }
+
+func (locksmithLib) runsOn() topology { return mainServer }
 
 func (locksmithLib) settings() string {
 	return "working tree; New(client, WithRetry(LinearBackoff(50ms))), default TTL 10s, waits bounded by the ctx deadline"
 }
 
-func (locksmithLib) newLocker(url string) (locker, error) {
-	c, err := newGoRedis(url)
+func (locksmithLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
 	if err != nil {
 		return nil, err
 	}
-	l := locksmith.New(c, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
-	return &smithLocker{client: c, locker: l}, nil
+	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c, smithRetry())}, nil
 }
 
+// smithQuorumLib is locksmith on a quorum of independent servers (Redlock):
+// NewQuorum over one client per server, each with ContextTimeoutEnabled as
+// NewQuorum's documentation asks.
+type smithQuorumLib struct{}
+
+func (smithQuorumLib) name() string { return fmt.Sprintf("locksmith quorum (%d)", deploySize) }
+
+func (smithQuorumLib) runsOn() topology { return quorumServers }
+
+func (smithQuorumLib) settings() string {
+	return fmt.Sprintf("working tree; NewQuorum(clients, WithRetry(LinearBackoff(50ms))) over %d independent servers, a client each with ContextTimeoutEnabled; default TTL 10s; requests and commands summed over the %d servers",
+		deploySize, deploySize)
+}
+
+func (smithQuorumLib) newLocker(d *deployment) (locker, error) {
+	var clients []redis.UniversalClient
+	for _, u := range d.urls {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+		opt.ContextTimeoutEnabled = true
+		clients = append(clients, redis.NewClient(opt))
+	}
+	return &smithLocker{clients: clients, locker: locksmith.NewQuorum(clients, smithRetry())}, nil
+}
+
+// smithClusterLib is locksmith on a Redis Cluster, through a go-redis
+// cluster client at its defaults.
+type smithClusterLib struct{}
+
+func (smithClusterLib) name() string { return fmt.Sprintf("locksmith cluster (%d)", deploySize) }
+
+func (smithClusterLib) runsOn() topology { return clusterServers }
+
+func (smithClusterLib) settings() string {
+	return fmt.Sprintf("working tree; New(clusterClient, WithRetry(LinearBackoff(50ms))), a go-redis ClusterClient at its defaults over %d masters without replicas; default TTL 10s; requests and commands summed over the %d masters",
+		deploySize, deploySize)
+}
+
+func (smithClusterLib) newLocker(d *deployment) (locker, error) {
+	var addrs []string
+	for _, u := range d.urls {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, opt.Addr)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c, smithRetry())}, nil
+}
+
+// smithLocker is an instance of any of the locksmith rows.
 type smithLocker struct {
-	client *redis.Client
-	locker *locksmith.Locker
+	clients []redis.UniversalClient
+	locker  *locksmith.Locker
 }
 
 type smithHeld struct{ lk *locksmith.Lock }
@@ -196,7 +265,9 @@ func (l *smithLocker) close() {
 	case interface{ Close() }:
 		c.Close()
 	}
-	_ = l.client.Close()
+	for _, c := range l.clients {
+		_ = c.Close()
+	}
 }
 
 // --- github.com/bsm/redislock ------------------------------------------------
@@ -211,12 +282,14 @@ type redislockLib struct {
 
 func (r redislockLib) name() string { return fmt.Sprintf("redislock %v", r.interval) }
 
+func (r redislockLib) runsOn() topology { return mainServer }
+
 func (r redislockLib) settings() string {
 	return fmt.Sprintf("bsm/redislock, TTL %v, RetryStrategy LinearBackoff(%v) (%s)", lockTTL, r.interval, r.why)
 }
 
-func (r redislockLib) newLocker(url string) (locker, error) {
-	c, err := newGoRedis(url)
+func (r redislockLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
 	if err != nil {
 		return nil, err
 	}
@@ -260,12 +333,14 @@ type redsyncLib struct{}
 
 func (redsyncLib) name() string { return "redsync" }
 
+func (redsyncLib) runsOn() topology { return mainServer }
+
 func (redsyncLib) settings() string {
 	return "go-redsync/redsync/v4 defaults over one goredis/v9 pool: expiry 8s, 32 tries, retry delay rand(50ms, 250ms); NewMutex per acquisition"
 }
 
-func (redsyncLib) newLocker(url string) (locker, error) {
-	c, err := newGoRedis(url)
+func (redsyncLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +393,8 @@ func (r rueidisLib) name() string {
 	return "rueidislock"
 }
 
+func (r rueidisLib) runsOn() topology { return mainServer }
+
 func (r rueidisLib) settings() string {
 	if r.readme {
 		return "rueidis/rueidislock as its README recommends for one Redis: KeyMajority 1 (1 key), NoLoopTracking; validity 5s; woken by client-side-caching invalidations"
@@ -325,8 +402,8 @@ func (r rueidisLib) settings() string {
 	return "rueidis/rueidislock defaults: KeyMajority 2 (3 keys), validity 5s, TryNextAfter 20ms; woken by client-side-caching invalidations"
 }
 
-func (r rueidisLib) newLocker(url string) (locker, error) {
-	opt, err := rueidis.ParseURL(url)
+func (r rueidisLib) newLocker(d *deployment) (locker, error) {
+	opt, err := rueidis.ParseURL(d.url())
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,11 @@
 // Command bench measures locksmith against the other Go Redis locks and a
-// raw go-redis baseline, side by side in one run against one Redis.
+// raw go-redis baseline, side by side in one run against one Redis, and
+// locksmith on a quorum of independent servers and on a Redis Cluster.
 //
-// It starts a private redis-server (or uses -redis URL), pins itself and
-// the server to different CPUs, and runs four scenarios for every library
-// one after the other, printing one table per scenario. See README.md.
+// It starts a private redis-server (or uses -redis URL) and the private
+// servers of the quorum and the cluster, pins itself and the servers to
+// different CPUs, and runs four scenarios for every library one after the
+// other, printing one table per scenario. See README.md.
 //
 // Usage, from this directory:
 //
@@ -23,8 +25,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 type options struct {
@@ -75,14 +75,18 @@ func run() int {
 		return 2
 	}
 
+	// Every server this program starts is in deps, and stopped on return.
+	deps := deployments{}
+	defer deps.stop()
 	target, where := o.redisURL, ""
+	var servers []*server
 	if target == "" {
-		srv, err := startServer(ctx, o.redisServer, pin.serverCPU)
+		srv, err := startServer(ctx, o.redisServer, pin.serverCPU, false)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			return 2
 		}
-		defer srv.stop()
+		servers = []*server{srv}
 		if pin.serverCPU >= 0 {
 			pin.note += fmt.Sprintf(", redis-server to CPU %d", pin.serverCPU)
 		}
@@ -92,22 +96,31 @@ func run() int {
 		where = "external, " + redactURL(target)
 		pin.note += "; the external redis-server is not pinned by this program, so it may share the benchmark's CPU"
 	}
-	opt, err := redis.ParseURL(target)
+	single, err := newDeployment(where, []string{target}, servers)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	admin := redis.NewClient(opt)
-	defer admin.Close()
+	deps[mainServer] = single
+	admin := single.admins[0]
+
+	libs, skipped, err := deps.startFor(ctx, libs, o.redisServer, pin.serverCPU)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	for _, note := range skipped {
+		fmt.Fprintln(os.Stderr, "bench:", note)
+	}
 
 	rtt, err := loopbackRTT(ctx, admin, o.pings)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: PING:", err)
 		return 2
 	}
-	printHeader(ctx, admin, &o, pin, where, rtt, libs)
+	printHeader(ctx, &o, pin, deps, skipped, rtt, libs)
 
-	b := &bench{admin: admin, url: target, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
+	b := &bench{deployments: deps, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
 	failed := false
 	for _, sc := range scs {
 		results := make([]*result, len(libs))
@@ -139,14 +152,20 @@ func run() int {
 	return 0
 }
 
-func printHeader(ctx context.Context, admin *redis.Client, o *options, pin pinning, where string, rtt time.Duration, libs []lib) {
+func printHeader(ctx context.Context, o *options, pin pinning, deps deployments, skipped []string, rtt time.Duration, libs []lib) {
 	model, ncpu := cpuInfo()
+	single := deps[mainServer]
 	fmt.Println("## Lock benchmark")
 	fmt.Println()
 	fmt.Printf("- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Printf("- machine: %s, %d CPUs, Linux %s\n", model, ncpu, kernel())
 	fmt.Printf("- go: %s %s/%s, GOMAXPROCS=%d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
-	fmt.Printf("- redis-server: %s (%s)\n", serverVersion(ctx, admin), where)
+	fmt.Printf("- redis-server: %s (%s)\n", serverVersion(ctx, single.admins[0]), single.desc)
+	for _, t := range []topology{quorumServers, clusterServers} {
+		if d := deps[t]; d != nil {
+			fmt.Printf("- %v: %s\n", t, d.desc)
+		}
+	}
 	fmt.Printf("- pinning: %s\n", pin.note)
 	fmt.Printf("- loopback RTT: %s (median of %d PINGs through go-redis)\n", fmtDur(rtt), o.pings)
 	fmt.Printf("- each library runs %v measured (in %d round(s), each after %v of warm-up), one after the other, FLUSHALL in between; contended holders sleep %v in the lock\n",
@@ -156,7 +175,10 @@ func printHeader(ctx context.Context, admin *redis.Client, o *options, pin pinni
 	for _, l := range libs {
 		fmt.Printf("  - %s: %s\n", l.name(), l.settings())
 	}
-	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's; requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included); see README.md")
+	for _, note := range skipped {
+		fmt.Printf("  - %s\n", note)
+	}
+	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see README.md")
 }
 
 // moduleVersions lists the versions of the measured modules in this build.

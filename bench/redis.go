@@ -28,25 +28,28 @@ type server struct {
 }
 
 // startServer starts redis-server (the binary at path) and waits until it
-// answers. With cpu >= 0 it runs under `taskset -c cpu`.
-func startServer(ctx context.Context, path string, cpu int) (*server, error) {
+// answers. With cpu >= 0 it runs under `taskset -c cpu`. A clusterNode is
+// started with cluster mode on, its nodes.conf in its own directory, and
+// not yet part of any cluster (see startCluster).
+func startServer(ctx context.Context, path string, cpu int, clusterNode bool) (*server, error) {
 	dir, err := os.MkdirTemp("", "locksmith-bench-")
 	if err != nil {
 		return nil, err
 	}
 	var errs []error
 	for range 5 { // another process may take the free port first
-		s, err := startOn(ctx, path, dir, cpu)
+		s, err := startOn(ctx, path, dir, cpu, clusterNode)
 		if err == nil {
 			return s, nil
 		}
 		errs = append(errs, err)
+		os.Remove(filepath.Join(dir, "nodes.conf")) // start the next try afresh
 	}
 	os.RemoveAll(dir)
 	return nil, errors.Join(errs...)
 }
 
-func startOn(ctx context.Context, path, dir string, cpu int) (*server, error) {
+func startOn(ctx context.Context, path, dir string, cpu int, clusterNode bool) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -60,6 +63,20 @@ func startOn(ctx context.Context, path, dir string, cpu int) (*server, error) {
 		"--appendonly", "no",
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(dir, "redis.log"),
+	}
+	if clusterNode {
+		// The cluster bus gets a free port of its own: the default,
+		// port+10000, may be taken or above 65535 (--cluster-port needs
+		// Redis 7.0).
+		bus, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-port", strconv.Itoa(bus),
+		)
 	}
 	name := path
 	if cpu >= 0 {

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A scenario is one workload, run for every library in turn.
@@ -35,11 +33,10 @@ const stopGrace = 15 * time.Second
 
 // A bench holds what every run needs.
 type bench struct {
-	admin   *redis.Client // INFO and FLUSHALL only, never in the measured traffic
-	url     string
-	warmup  time.Duration // run, unmeasured, before the window
-	measure time.Duration // the measured window
-	hold    time.Duration // how long a contended worker holds the lock
+	deployments deployments   // where each library runs, by its runsOn
+	warmup      time.Duration // run, unmeasured, before the window
+	measure     time.Duration // the measured window
+	hold        time.Duration // how long a contended worker holds the lock
 }
 
 // A result is one library's figures for one scenario, over the measured
@@ -52,7 +49,7 @@ type result struct {
 	// lat is the cycle latency, or when contended the handoff gap.
 	lat     *hist
 	mallocs uint64
-	server  counters // sent to Redis in the window
+	server  counters // sent to the deployment in the window, summed over its servers
 	// Contended only.
 	perWorker   []int64
 	same        int64 // acquisitions by the goroutine that released just before
@@ -120,11 +117,12 @@ type releaseMark struct {
 // window, then it waits for every worker to stop.
 func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	res := &result{lib: l, lat: new(hist)}
-	if err := b.admin.FlushAll(ctx).Err(); err != nil {
-		res.err = fmt.Errorf("FLUSHALL: %w", err)
+	d := b.deployments[l.runsOn()]
+	if err := d.flushAll(ctx); err != nil {
+		res.err = err
 		return res
 	}
-	lockers, err := openLockers(ctx, l, b.url, sc.lockers)
+	lockers, err := openLockers(ctx, l, d, sc.lockers)
 	if err != nil {
 		res.err = err
 		return res
@@ -183,7 +181,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	if err := sleepUntil(ctx, measureFrom); err != nil {
 		res.err = err
 	}
-	before, err := readCounters(ctx, b.admin)
+	before, err := d.snapshot(ctx)
 	res.err = errors.Join(res.err, err)
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
@@ -193,7 +191,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	res.err = errors.Join(res.err, sleepUntil(ctx, w.end))
 	w.phase.Store(2)
 	runtime.ReadMemStats(&m1)
-	after, err := readCounters(ctx, b.admin)
+	after, err := d.snapshot(ctx)
 	res.err = errors.Join(res.err, err)
 	cancelObtain()
 
@@ -235,12 +233,12 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 
 // openLockers makes n instances of l and runs one uncontended cycle on
 // each, so that connections are open and scripts loaded before timing.
-func openLockers(ctx context.Context, l lib, url string, n int) ([]locker, error) {
+func openLockers(ctx context.Context, l lib, d *deployment, n int) ([]locker, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var lockers []locker
 	for i := range n {
-		lk, err := l.newLocker(url)
+		lk, err := l.newLocker(d)
 		if err == nil {
 			var h held
 			if h, err = lk.obtain(ctx, "bench:prime:"+strconv.Itoa(i)); err == nil {
