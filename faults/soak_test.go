@@ -1,0 +1,128 @@
+//go:build linux
+
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith/faults"
+)
+
+// TestSoak runs workers (goroutines and a helper process, each reaching
+// Redis through a proxy of its own) that take locks on a few keys, write
+// under them to the fenced store, and sometimes stall past their TTL,
+// while faults are injected one after another: delays, blackholes and
+// resets on a worker's connections, Redis restarts, CLIENT PAUSE, DEBUG
+// SLEEP, SCRIPT FLUSH, and SIGSTOP of the helper process. At the end the
+// history is checked and the figures are printed (run with -v to see
+// them).
+//
+// It runs for -soak (20s by default, as in CI). Its random choices come
+// from -seed, printed at the start: the same seed makes the same choices,
+// though the timing of a run, and so its history, differs.
+func TestSoak(t *testing.T) {
+	seed := *soakSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("soak for %v with seed %d (go test ./faults -run Soak -soak=%v -seed=%d makes the same choices)",
+		*soakFor, seed, *soakFor, seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo+1))) }
+
+	srv := newServer(t)
+	r := newRun()
+	ss, err := r.store.Serve()
+	require.NoError(t, err)
+	defer ss.Close()
+	admin := newClient(t, srv.Addr, func(o *redis.Options) { o.ReadTimeout = 5 * time.Second })
+	keys := []string{"soak:a", "soak:b"}
+
+	const goroutines = 5
+	proxies := make([]*faults.Proxy, goroutines+1)
+	for i := range proxies {
+		proxies[i] = newProxy(t, srv.Addr)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var wg sync.WaitGroup
+	for i := range goroutines {
+		cfg := workerConfig{Name: fmt.Sprintf("goroutine-%d", i), Addr: proxies[i].Addr(), Keys: keys,
+			Seed: rnd.Uint64(), ContextTimeouts: i%2 == 0, PauseChance: 0.03}
+		client := workerClient(cfg)
+		t.Cleanup(func() { _ = client.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runWorker(ctx, cfg, client, r.hist, r.clock, r.store)
+		}()
+	}
+	helper := startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "process",
+		Worker: workerConfig{Name: "process", Addr: proxies[goroutines].Addr(), Keys: keys,
+			Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}})
+
+	kinds := []string{"delay", "blackhole", "reset", "redis-restart", "client-pause", "debug-sleep", "script-flush", "sigstop"}
+	end := time.Now().Add(*soakFor)
+	for time.Now().Add(time.Second).Before(end) {
+		time.Sleep(between(100*time.Millisecond, 600*time.Millisecond))
+		kind := kinds[rnd.IntN(len(kinds))]
+		start := time.Now()
+		losesData := false
+		switch kind {
+		case "delay":
+			p := proxies[rnd.IntN(len(proxies))]
+			dir := faults.Direction(rnd.IntN(2))
+			p.SetDelay(dir, between(50*time.Millisecond, 900*time.Millisecond))
+			time.Sleep(between(300*time.Millisecond, 1500*time.Millisecond))
+			p.SetDelay(dir, 0)
+		case "blackhole":
+			p := proxies[rnd.IntN(len(proxies))]
+			p.Blackhole(true)
+			time.Sleep(between(200*time.Millisecond, 1500*time.Millisecond))
+			p.Blackhole(false)
+		case "reset":
+			proxies[rnd.IntN(len(proxies))].Reset()
+		case "redis-restart":
+			losesData = true
+			require.NoError(t, srv.Restart())
+		case "client-pause":
+			d := between(100*time.Millisecond, time.Second)
+			require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err())
+			time.Sleep(d)
+		case "debug-sleep":
+			d := between(100*time.Millisecond, time.Second)
+			require.NoError(t, admin.Do(ctx, "DEBUG", "SLEEP", d.Seconds()).Err())
+		case "script-flush":
+			require.NoError(t, admin.ScriptFlush(ctx).Err())
+		case "sigstop":
+			helper.signal(syscall.SIGSTOP)
+			time.Sleep(between(200*time.Millisecond, 1500*time.Millisecond))
+			helper.signal(syscall.SIGCONT)
+		}
+		r.faultSpan(kind, start, time.Now(), losesData)
+	}
+
+	stop()
+	helper.stop()
+	wg.Wait()
+	require.NoError(t, helper.wait(20*time.Second), "the helper process failed")
+	rep := r.check(t)
+	byHolder := make(map[string]int)
+	for _, op := range r.hist.Ops() {
+		if op.Kind == faults.KindObtain && op.Outcome == faults.OutcomeOK {
+			byHolder[op.Holder]++
+		}
+	}
+	t.Logf("soak figures (seed %d, %v):\n%s\nacquisitions by worker: %v", seed, *soakFor, rep.Summary(), byHolder)
+	require.Positive(t, rep.Accepted)
+	require.Len(t, byHolder, goroutines+1, "a worker never got a lock")
+}

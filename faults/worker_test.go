@@ -1,0 +1,261 @@
+//go:build linux
+
+package faults_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/faults"
+)
+
+// A writer writes to the fenced store: a *faults.Store in the test
+// process, a *faults.RemoteStore in a helper process.
+type writer interface {
+	Write(key, holder string, fence int64) (bool, error)
+}
+
+// A tracker records the operations of one holder (a goroutine or a helper
+// process) on a common clock.
+type tracker struct {
+	rec   faults.Recorder
+	clock faults.Clock
+	name  string
+}
+
+// obtain calls Obtain and records it; on success it returns the holding,
+// whose window starts now.
+func (tr *tracker) obtain(ctx context.Context, l *locksmith.Locker, key string, opts ...locksmith.Option) (*holding, error) {
+	call := time.Now()
+	lk, err := l.Obtain(ctx, key, opts...)
+	ret := time.Now()
+	return tr.obtained(key, call, ret, lk, err), err
+}
+
+// obtained records an Obtain call made from call to ret that returned lk
+// and err, and returns the holding when it succeeded.
+func (tr *tracker) obtained(key string, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
+	op := faults.Op{Kind: faults.KindObtain, Key: key, Holder: tr.name,
+		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
+	if err != nil {
+		op.Detail = err.Error()
+		tr.rec.Record(op)
+		return nil
+	}
+	op.Fence = lk.Fence()
+	tr.rec.Record(op)
+	return &holding{tr: tr, key: key, lk: lk, call: call, obtained: ret}
+}
+
+// release calls Release, records it, and ends the holding's window.
+func (tr *tracker) release(ctx context.Context, h *holding) error {
+	call := time.Now()
+	err := h.lk.Release(ctx)
+	ret := time.Now()
+	h.end(call, "released")
+	tr.recordRelease(h.key, call, ret, err)
+	return err
+}
+
+func (tr *tracker) recordRelease(key string, call, ret time.Time, err error) {
+	op := faults.Op{Kind: faults.KindRelease, Key: key, Holder: tr.name,
+		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
+	if err != nil {
+		op.Detail = err.Error()
+	}
+	tr.rec.Record(op)
+}
+
+// A holding is one acquisition, from Obtain's return until the holder
+// stopped believing it held the lock.
+type holding struct {
+	tr             *tracker
+	key            string
+	lk             *locksmith.Lock
+	call, obtained time.Time
+
+	mu            sync.Mutex
+	leaseCtx      context.Context // the watched lease context, or nil
+	leaseRecorded chan struct{}   // closed once leaseEnded is set
+	leaseEnded    time.Time       // zero while the lease context is alive
+	leaseCause    error
+	ended         bool
+}
+
+// lease starts the lock's lease on ctx, and notes when its context ends.
+func (h *holding) lease(ctx context.Context) context.Context {
+	lctx := h.lk.Lease(ctx)
+	h.watch(lctx)
+	return lctx
+}
+
+// watch notes when the lease context lctx ends. Only the first call
+// counts.
+func (h *holding) watch(lctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.leaseCtx != nil {
+		return
+	}
+	recorded := make(chan struct{})
+	h.leaseCtx, h.leaseRecorded = lctx, recorded
+	context.AfterFunc(lctx, func() {
+		at := time.Now()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.leaseEnded, h.leaseCause = at, context.Cause(lctx)
+		close(recorded)
+	})
+}
+
+// leaseEnd returns when the lease context ended, and why; zero while it
+// has not.
+func (h *holding) leaseEnd() (time.Time, error) {
+	h.mu.Lock()
+	lctx, recorded := h.leaseCtx, h.leaseRecorded
+	h.mu.Unlock()
+	if lctx != nil && lctx.Err() != nil {
+		<-recorded // the callback runs just after the context ends
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leaseEnded, h.leaseCause
+}
+
+// end records the holding's window: from Obtain's return to the earliest
+// of stop (when the holder stopped on its own, such as by calling
+// Release), the end of the lease context, and the Deadline. The first
+// call counts.
+func (h *holding) end(stop time.Time, why string) {
+	leaseEnded, _ := h.leaseEnd()
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	h.mu.Unlock()
+	end := stop
+	if !leaseEnded.IsZero() && leaseEnded.Before(end) {
+		end, why = leaseEnded, "lease-ended"
+	}
+	if d := h.lk.Deadline(); d.Before(end) {
+		end, why = d, "deadline"
+	}
+	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Holder: h.tr.name, Fence: h.lk.Fence(),
+		ObtainCall: h.tr.clock.At(h.call), Call: h.tr.clock.At(h.obtained), Return: h.tr.clock.At(end), Outcome: why})
+}
+
+// write writes to the store with the holding's fence.
+func (h *holding) write(w writer) (bool, error) {
+	return w.Write(h.key, h.tr.name, h.lk.Fence())
+}
+
+// workerConfig describes one soak worker.
+type workerConfig struct {
+	Name string   `json:"name"`
+	Addr string   `json:"addr"` // the Redis (or proxy) the worker uses
+	Keys []string `json:"keys"`
+	Seed uint64   `json:"seed"`
+	// ContextTimeouts makes the worker's client honour context deadlines
+	// (go-redis ContextTimeoutEnabled); otherwise a request in flight
+	// waits for the read timeout.
+	ContextTimeouts bool `json:"contextTimeouts"`
+	// PauseChance is the probability that a step of work ignores the lease
+	// and sleeps past the TTL before writing, as a paused process would.
+	PauseChance float64 `json:"pauseChance"`
+}
+
+// workerClient returns the go-redis client of a soak worker.
+func workerClient(cfg workerConfig) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                  cfg.Addr,
+		Protocol:              2,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialTimeout:           time.Second,
+		ContextTimeoutEnabled: cfg.ContextTimeouts,
+	})
+}
+
+// runWorker takes locks on cfg's keys, writes under them to w, and
+// releases them, at random, until ctx ends, recording everything to rec.
+// It returns the number of acquisitions.
+func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec faults.Recorder, clock faults.Clock, w writer) int {
+	rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(len(cfg.Name))))
+	tr := &tracker{rec: rec, clock: clock, name: cfg.Name}
+	l := locksmith.New(client, locksmith.WithFencing())
+	ttls := []time.Duration{300 * time.Millisecond, 500 * time.Millisecond, 800 * time.Millisecond}
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo+1))) }
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	acquired := 0
+	for ctx.Err() == nil {
+		key := cfg.Keys[rnd.IntN(len(cfg.Keys))]
+		ttl := ttls[rnd.IntN(len(ttls))]
+		steps := 1 + rnd.IntN(6)
+		work := func(h *holding, lctx context.Context) {
+			for range steps {
+				if rnd.Float64() < cfg.PauseChance {
+					// A pause: the work stops looking at its lease for
+					// longer than the TTL, then writes as if it still
+					// held the lock.
+					if !sleep(between(ttl, 2*ttl)) {
+						return
+					}
+				} else if lctx.Err() != nil {
+					return
+				}
+				_, _ = h.write(w)
+				if !sleep(between(5*time.Millisecond, 50*time.Millisecond)) {
+					return
+				}
+			}
+		}
+		if rnd.IntN(3) == 0 {
+			// Through WithLock, which leases and releases by itself.
+			call := time.Now()
+			var h *holding
+			var stop time.Time
+			err := l.WithLock(ctx, key, func(lctx context.Context) error {
+				h = tr.obtained(key, call, time.Now(), locksmith.LockFromContext(lctx), nil)
+				h.watch(lctx)
+				work(h, lctx)
+				stop = time.Now()
+				return nil
+			}, locksmith.WithTTL(ttl), locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50)))
+			if h == nil {
+				tr.obtained(key, call, time.Now(), nil, err)
+			} else {
+				acquired++
+				h.end(stop, "released")
+				tr.recordRelease(key, stop, time.Now(), err)
+			}
+		} else {
+			octx, cancel := context.WithTimeout(ctx, 2*ttl)
+			h, err := tr.obtain(octx, l, key, locksmith.WithTTL(ttl),
+				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond))))
+			cancel()
+			if err == nil {
+				acquired++
+				work(h, h.lease(ctx))
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				_ = tr.release(rctx, h)
+				cancel()
+			}
+		}
+		sleep(between(time.Millisecond, 30*time.Millisecond))
+	}
+	return acquired
+}
