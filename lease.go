@@ -75,7 +75,7 @@ func (lk *Lock) Lease(ctx context.Context) context.Context {
 	if ls == nil {
 		ls = &leaseState{reschedule: make(chan struct{}, 1)}
 		ls.alive, ls.endAlive = context.WithCancelCause(context.Background())
-		ls.watchdog = time.AfterFunc(time.Until(lk.deadline), lk.checkValidity)
+		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
 		lk.lease = ls
 	}
 	alive := ls.alive
@@ -104,7 +104,7 @@ func (lk *Lock) rescheduleLocked() {
 	if ls == nil {
 		return
 	}
-	ls.watchdog.Reset(time.Until(lk.deadline))
+	ls.watchdog.Reset(lk.untilWatchdogLocked())
 	select {
 	case ls.reschedule <- struct{}{}:
 	default:
@@ -180,7 +180,7 @@ func (lk *Lock) checkValidity() {
 	if lk.released || lk.lost != nil {
 		return
 	}
-	if left := time.Until(lk.deadline); left > 0 {
+	if left := lk.untilWatchdogLocked(); left > 0 {
 		lk.lease.watchdog.Reset(left)
 		return
 	}
@@ -189,6 +189,15 @@ func (lk *Lock) checkValidity() {
 		cause = fmt.Errorf("%w (last renewal error: %w)", cause, lk.lease.lastErr)
 	}
 	lk.loseLocked(cause)
+}
+
+// untilWatchdogLocked returns how long until the watchdog must declare
+// the lock lost: a little before the Deadline, so that the lease contexts
+// are cancelled by the Deadline although a timer fires a little late
+// (typically well under a millisecond). lk.mu must be held.
+func (lk *Lock) untilWatchdogLocked() time.Duration {
+	lead := min(time.Millisecond, lk.ttl/100)
+	return time.Until(lk.deadline) - lead
 }
 
 // lose marks the lock lost with cause, unless it has already ended.

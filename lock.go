@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"sync"
 	"time"
@@ -110,7 +111,13 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 // Obtain leaves no lock behind when it fails: if the acquire may have
 // reached Redis (a timeout, a dropped connection, ctx cancelled mid-call),
 // it deletes the lock, if it is still its own, in a best-effort call bounded
-// in time.
+// in time (at most 5s), which can make Obtain return that much later.
+//
+// ctx bounds the wait between attempts. Whether it also cuts short a
+// command in flight is up to the client: go-redis applies a context's
+// deadline to the socket only with Options.ContextTimeoutEnabled, and
+// otherwise waits out its own read and write timeouts (3s by default).
+// Enable it, or set short timeouts, where Obtain must return on time.
 func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {
@@ -300,11 +307,21 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 
 // mayHaveLanded reports whether a command that failed with err may still
 // have been executed by the server. An error reply from Redis means the
-// script did not take the lock; anything else (timeouts, dropped
-// connections, cancellation) leaves it unknown.
+// script did not take the lock, and a failed dial or an exhausted pool
+// means nothing was sent; anything else (timeouts, dropped connections,
+// cancellation mid-call) leaves it unknown.
 func mayHaveLanded(err error) bool {
-	var rerr redis.Error
-	return !errors.As(err, &rerr)
+	var (
+		rerr redis.Error
+		oerr *net.OpError
+	)
+	switch {
+	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout):
+		return false
+	case errors.As(err, &oerr) && oerr.Op == "dial":
+		return false
+	}
+	return true
 }
 
 // deleteIfOwned removes lk's key if it still holds lk's token, on a
@@ -327,7 +344,10 @@ func deleteIfOwned(ctx context.Context, lk *Lock) {
 //
 // WithLock returns the error from Obtain if the lock was not obtained, and
 // otherwise fn's error. If the lock was lost while fn ran, the result
-// matches ErrLockLost even when fn returned nil. The release runs on a
+// matches ErrLockLost even when fn returned nil. That includes the release
+// finding the lock already gone, which is also what a release looks like
+// when its reply was lost and the client resent it after the first one
+// had deleted the key: a false alarm, on the safe side. The release runs on a
 // context that ignores the cancellation of ctx but is bounded in time; if it
 // fails, its error is joined to the result.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
