@@ -26,6 +26,8 @@ func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
 	code := m.Run()
 	redistest.StopShared()
+	redistest.StopSharedCluster()
+	redistest.StopSharedSentinel()
 	if code == 0 {
 		if err := findLeaks(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)

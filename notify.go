@@ -227,27 +227,31 @@ func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
 // its dispatcher if needed. The confirmation, read by the dispatcher, sets
 // q.subscribed.
 func (n *notifier) subscribeLocked(q *keyQueue) {
-	c := n.shared
-	if n.sharded || c == nil {
-		c = &subConn{ps: n.newPubSub(), keys: make(map[string]*keyQueue), up: true}
-		if !n.sharded {
-			n.shared = c
-		}
-		go n.dispatch(c)
+	// A failure to subscribe shows up in the dispatcher's receive as
+	// well; until then the key stays unsubscribed and its waiters poll.
+	if c := n.shared; c != nil && !n.sharded {
+		c.keys[q.channel] = q
+		q.conn = c
+		_ = n.subscribe(c.ps, q.channel)
+		return
 	}
-	c.keys[q.channel] = q
+	// A new connection subscribes before its dispatcher starts reading:
+	// on a cluster, the first command decides which node it talks to,
+	// and that must be the one that owns the channel.
+	c := &subConn{ps: n.newPubSub(q.channel), keys: map[string]*keyQueue{q.channel: q}, up: true}
 	q.conn = c
-	// A failure here shows up in the dispatcher's receive as well; until
-	// then the key stays unsubscribed and its waiters poll.
-	_ = n.subscribe(c.ps, q.channel)
+	if !n.sharded {
+		n.shared = c
+	}
+	go n.dispatch(c)
 }
 
-// newPubSub returns a pub/sub connection subscribed to nothing yet.
-func (n *notifier) newPubSub() *redis.PubSub {
+// newPubSub returns a pub/sub connection subscribed to channels.
+func (n *notifier) newPubSub(channels ...string) *redis.PubSub {
 	if n.sharded {
-		return n.client.SSubscribe(context.Background())
+		return n.client.SSubscribe(context.Background(), channels...)
 	}
-	return n.client.Subscribe(context.Background())
+	return n.client.Subscribe(context.Background(), channels...)
 }
 
 func (n *notifier) subscribe(ps *redis.PubSub, channels ...string) error {
@@ -291,7 +295,9 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) 
 	case q.waiters[0] != w:
 		return false, time.Time{}, false
 	case !q.conn.up || !q.subscribed:
-		return false, time.Time{}, true
+		// Unannounced releases are possible: poll at the strategy's
+		// delays, and try when the holder's TTL runs out.
+		return false, q.holderUntil, true
 	default:
 		return false, q.holderUntil, false
 	}
@@ -396,11 +402,13 @@ func (n *notifier) dispatch(c *subConn) {
 			n.close(c)
 			return
 		default:
-			// go-redis reconnects and resubscribes on the next receive;
-			// until the confirmations arrive the waiters poll.
+			// The connection failed, or the server refused a
+			// subscription (on a cluster, MOVED: the slot has moved).
+			// The waiters poll until a new connection is subscribed.
 			n.down(c)
 			time.Sleep(errPause)
 			errPause = min(errPause*2, notifyErrorPause)
+			ps = n.replace(c, ps)
 		}
 		if n.reap(c, ps, now) {
 			return
@@ -495,18 +503,23 @@ func (n *notifier) down(c *subConn) {
 func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 	n.down(c)
 	_ = old.Close()
-	ps := n.newPubSub()
+	if cc, ok := n.client.(*redis.ClusterClient); ok {
+		// The slot may have moved: learn where it lives now. The reload
+		// runs in the background; until it lands, the new subscription
+		// may be refused again and replaced again.
+		cc.ReloadState(context.Background())
+	}
 	n.mu.Lock()
-	c.ps = ps
-	c.up = true
 	channels := make([]string, 0, len(c.keys))
 	for ch := range c.keys {
 		channels = append(channels, ch)
 	}
 	n.mu.Unlock()
-	if len(channels) > 0 {
-		_ = n.subscribe(ps, channels...)
-	}
+	ps := n.newPubSub(channels...)
+	n.mu.Lock()
+	c.ps = ps
+	c.up = true
+	n.mu.Unlock()
 	return ps
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -531,30 +530,12 @@ func TestOnceBadInputSendsNothing(t *testing.T) {
 	})
 }
 
-// oneNodeCluster starts a Redis Cluster of one node, serving every slot,
-// and returns a cluster client of it. It is quick to start, and checks
-// what a cluster checks of scripts and sharded pub/sub.
-func oneNodeCluster(t *testing.T) *redis.ClusterClient {
-	t.Helper()
-	srv := redistest.New(t, "--cluster-enabled", "yes")
-	ctx := t.Context()
-	admin := srv.Client(t)
-	require.NoError(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
-	eventually(t, 10*time.Second, func() bool {
-		info, _ := admin.ClusterInfo(ctx).Result()
-		return strings.Contains(info, "cluster_state:ok")
-	}, "the one-node cluster did not come up")
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}, Protocol: 2})
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
-}
-
-// TestOnceOnCluster runs Once on a one-node Redis Cluster, which refuses
-// a script whose keys are in different slots (CROSSSLOT) even when one
-// node serves both.
+// TestOnceOnCluster runs Once on a Redis Cluster, which refuses a script
+// whose keys are in different slots (CROSSSLOT), even when one node serves
+// both.
 func TestOnceOnCluster(t *testing.T) {
 	ctx := t.Context()
-	cc := oneNodeCluster(t)
+	cc := redistest.SharedCluster(t).Client(t)
 	// The check is real: a script over two keys of different slots fails.
 	err := cc.Eval(ctx, "return 1", []string{"a", "b"}).Err()
 	require.ErrorContains(t, err, "CROSSSLOT")

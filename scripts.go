@@ -129,8 +129,20 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 // script. It returns the script's reply and the replicas that
 // acknowledged.
 func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int64, int64, error) {
+	// WAIT counts the replicas of the connection it is sent on, so it must
+	// follow the script on the same connection to the lock's master: on a
+	// cluster, the pipeline goes to that master's own client (which does
+	// not follow MOVED: during a slot's migration this fails closed).
+	var client redis.Cmdable = s.client
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, req.keys[0])
+		if err != nil {
+			return 0, 0, err
+		}
+		client = master
+	}
 	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
-		pipe := s.client.Pipeline()
+		pipe := client.Pipeline()
 		var acquire *redis.Cmd
 		if eval {
 			acquire = obtainScript.Eval(ctx, pipe, req.keys, req.token, req.ttlMS)

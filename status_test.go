@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -181,16 +180,8 @@ func TestInspectBadInputSendsNothing(t *testing.T) {
 // keys whose companions need a hash tag added or a suffix forced into
 // their slot.
 func TestInspectOnCluster(t *testing.T) {
-	srv := redistest.New(t, "--cluster-enabled", "yes")
 	ctx := t.Context()
-	admin := srv.Client(t)
-	require.NoError(t, admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err())
-	eventually(t, 10*time.Second, func() bool {
-		info, _ := admin.ClusterInfo(ctx).Result()
-		return strings.Contains(info, "cluster_state:ok")
-	}, "the one-node cluster did not come up")
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}, Protocol: 2})
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := redistest.SharedCluster(t).Client(t)
 
 	l := locksmith.New(cc, locksmith.WithPrefix("p:"), locksmith.WithFencing())
 	for _, key := range []string{"report:2026-11-30", "{order:42}:ship", "a}b", "a{}b"} {
