@@ -181,10 +181,11 @@ func (c *counter) count() int {
 	return n
 }
 
-// fault is a hook that injects failures into script calls.
+// fault is a hook that injects failures into the commands that act on
+// locks: script calls and the plain SET of a first acquire.
 type fault struct {
-	// failScripts makes every EVALSHA or EVAL fail with a network-like
-	// error before anything is sent.
+	// failScripts makes every such command fail with a network-like error
+	// before anything is sent.
 	failScripts atomic.Bool
 	// loseReply sends script calls but replaces their reply with a
 	// network-like error, as when a connection drops after the request
@@ -205,7 +206,7 @@ func (f *fault) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (f *fault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := strings.ToLower(cmd.Name())
-		if name != "evalsha" && name != "eval" {
+		if name != "evalsha" && name != "eval" && name != "set" {
 			return next(ctx, cmd)
 		}
 		if d := time.Duration(f.slowReply.Load()); d > 0 {

@@ -51,7 +51,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
 		return l
 	}
-	l.store = scriptStore{client: client, sharded: isSharded(client)}
+	l.store = newScriptStore(client)
 	l.notify = newNotifier(client)
 	l.err = l.cfg.apply(opts)
 	return l
@@ -132,7 +132,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	}
 	rkey := cfg.prefix + key
 	if _, once := cfg.retry.(noRetry); once {
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg)
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, true, false)
 		if lk == nil && err == nil {
 			err = heldElsewhere(key)
 		}
@@ -147,13 +147,16 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		if delay, ok := backoff.Next(); ok {
 			return l.wait(ctx, key, rkey, cfg, backoff, delay, l.notify.join(rkey, t, time.Time{}))
 		}
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg)
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, true, false)
 		if lk == nil && err == nil {
 			err = heldElsewhere(key)
 		}
 		return lk, err
 	}
-	lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
+	// A key this Locker has recently waited for is likely contended: try
+	// with the script, which reports the holder's TTL in the same round
+	// trip, rather than with a plain SET and a PTTL after it.
+	lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, !t.existed, true)
 	if lk != nil || err != nil {
 		return lk, err
 	}
@@ -207,7 +210,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			}
 		}
 		start := time.Now()
-		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg)
+		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, false, true)
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +258,10 @@ func notObtained(ctx context.Context, key string) error {
 // tryObtain makes one attempt. It returns the lock, or the holder's
 // remaining TTL (negative when unknown) when someone else holds it, or an
 // error for anything else.
-func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (*Lock, time.Duration, error) {
+//
+// A first attempt may be a plain SET (see acquireReq); wantTTL asks it for
+// the holder's TTL, which attempts from the queue always get.
+func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, first, wantTTL bool) (*Lock, time.Duration, error) {
 	// The handle is made first: the store's arguments live in it, so that
 	// they are built once per lock.
 	lk := &Lock{store: l.store, key: key, rkey: rkey, cfg: *cfg, ttl: cfg.ttl}
@@ -265,7 +271,8 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config) (
 	if l.notify.sharded {
 		lk.ref.channel = releaseChannel(rkey, true)
 	}
-	req := acquireReq{lockRef: lk.ref, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait}
+	req := acquireReq{lockRef: lk.ref, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait,
+		plain: first, wantTTL: wantTTL}
 	if cfg.fencing {
 		lk.keyBuf[1] = slotKey(rkey, fenceSuffix)
 		req.keys = lk.keyBuf[:2]

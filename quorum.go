@@ -65,7 +65,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		q.nodes[i] = scriptStore{client: c}
+		q.nodes[i] = newScriptStore(c)
 	}
 	l.store = q
 	l.notify = newNotifier(clients[0])
