@@ -132,7 +132,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	}
 	rkey := cfg.prefix + key
 	if _, once := cfg.retry.(noRetry); once {
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, true, false)
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce)
 		if lk == nil && err == nil {
 			err = heldElsewhere(key)
 		}
@@ -147,16 +147,19 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		if delay, ok := backoff.Next(); ok {
 			return l.wait(ctx, key, rkey, cfg, backoff, delay, l.notify.join(rkey, t, time.Time{}))
 		}
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, true, false)
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce)
 		if lk == nil && err == nil {
 			err = heldElsewhere(key)
 		}
 		return lk, err
 	}
-	// A key this Locker has recently waited for is likely contended: try
-	// with the script, which reports the holder's TTL in the same round
-	// trip, rather than with a plain SET and a PTTL after it.
-	lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, !t.existed, true)
+	// A key this Locker has recently waited for is likely taken: try
+	// with the script at once, rather than a plain SET and the script.
+	mode := plainFirst
+	if t.existed {
+		mode = scripted
+	}
+	lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, mode)
 	if lk != nil || err != nil {
 		return lk, err
 	}
@@ -210,7 +213,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			}
 		}
 		start := time.Now()
-		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, false, true)
+		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, scripted)
 		if err != nil {
 			return nil, err
 		}
@@ -257,11 +260,9 @@ func notObtained(ctx context.Context, key string) error {
 
 // tryObtain makes one attempt. It returns the lock, or the holder's
 // remaining TTL (negative when unknown) when someone else holds it, or an
-// error for anything else.
-//
-// A first attempt may be a plain SET (see acquireReq); wantTTL asks it for
-// the holder's TTL, which attempts from the queue always get.
-func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, first, wantTTL bool) (*Lock, time.Duration, error) {
+// error for anything else. mode says which commands to send (see
+// acquireMode).
+func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, mode acquireMode) (*Lock, time.Duration, error) {
 	// The handle is made first: the store's arguments live in it, so that
 	// they are built once per lock.
 	lk := &Lock{store: l.store, key: key, rkey: rkey, cfg: *cfg, ttl: cfg.ttl}
@@ -271,8 +272,8 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, f
 	if l.notify.sharded {
 		lk.ref.channel = releaseChannel(rkey, true)
 	}
-	req := acquireReq{lockRef: lk.ref, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait,
-		plain: first, wantTTL: wantTTL}
+	req := acquireReq{lockRef: lk.ref, ttl: cfg.ttl, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait,
+		mode: mode}
 	if cfg.fencing {
 		lk.keyBuf[1] = slotKey(rkey, fenceSuffix)
 		req.keys = lk.keyBuf[:2]

@@ -135,7 +135,7 @@ func (q quorumStore) quorumError(errs []error) error {
 }
 
 func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
-	ttl := time.Duration(req.ttlMS.(int64)) * time.Millisecond
+	ttl := req.ttl
 	res, errs := each(ctx, q, nodeWait(ttl), func(ctx context.Context, n scriptStore) (acquireRes, error) {
 		return n.acquire(ctx, req)
 	})
