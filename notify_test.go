@@ -22,28 +22,33 @@ import (
 // holder's TTL running out.
 var forever = locksmith.LinearBackoff(time.Hour)
 
+// requireWokenByRelease checks that a waiter whose retry strategy and
+// holder's TTL cannot wake it within the test (forever, a minute) gets the
+// lock on key when the holder releases it: only the announcement can have
+// woken it. The holder and the waiter each use a Locker from newLocker.
+func requireWokenByRelease(t *testing.T, newLocker func() *locksmith.Locker, key string) {
+	t.Helper()
+	ctx := t.Context()
+	holder, err := newLocker().Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lk, err := newLocker().Obtain(wctx, key, locksmith.WithRetry(forever))
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the waiter subscribe
+	require.NoError(t, holder.Release(ctx))
+	require.NoError(t, <-got, "waiter for %q", key)
+}
+
 func TestWaiterWokenByRelease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		ctx := t.Context()
-		key := uniqueKey(t)
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
-
-		got := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			lk, err := locksmith.New(b.client(t)).Obtain(wctx, key, locksmith.WithRetry(forever))
-			if err == nil {
-				err = lk.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(100 * time.Millisecond) // let the waiter subscribe
-		require.NoError(t, holder.Release(ctx))
-		// Neither the backoff (an hour) nor the holder's TTL (a minute)
-		// can have woken it: only the announcement.
-		require.NoError(t, <-got)
+		requireWokenByRelease(t, func() *locksmith.Locker { return locksmith.New(b.client(t)) }, uniqueKey(t))
 	})
 }
 
@@ -251,23 +256,8 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 // without hash tags.
 func TestWaiterWokenOnCluster(t *testing.T) {
 	cc := redistest.SharedCluster(t).Client(t)
-	ctx := t.Context()
 	for _, key := range []string{uniqueKey(t), "{" + uniqueKey(t) + "}:x", uniqueKey(t) + "}"} {
-		holder, err := locksmith.New(cc).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			lk, err := locksmith.New(cc).Obtain(wctx, key, locksmith.WithRetry(forever))
-			if err == nil {
-				err = lk.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(100 * time.Millisecond)
-		require.NoError(t, holder.Release(ctx))
-		require.NoError(t, <-got, "key %q", key)
+		requireWokenByRelease(t, func() *locksmith.Locker { return locksmith.New(cc) }, key)
 	}
 	// TestClusterReleaseAnnouncedBySPublish checks, on every master,
 	// that the announcements were sharded.

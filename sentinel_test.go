@@ -46,22 +46,7 @@ func TestSentinelLocks(t *testing.T) {
 	})
 
 	t.Run("waiter woken by release", func(t *testing.T) {
-		key := uniqueKey(t)
-		holder, err := locksmith.New(s.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			lk, err := locksmith.New(s.Client(t)).Obtain(wctx, key, locksmith.WithRetry(forever))
-			if err == nil {
-				err = lk.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(100 * time.Millisecond) // let the waiter subscribe
-		require.NoError(t, holder.Release(ctx))
-		require.NoError(t, <-got)
+		requireWokenByRelease(t, func() *locksmith.Locker { return locksmith.New(s.Client(t)) }, uniqueKey(t))
 	})
 
 	t.Run("replicated", func(t *testing.T) {
