@@ -34,7 +34,6 @@ type Cluster struct {
 	// and its node ID, for the cluster's life.
 	Nodes []*Server
 
-	dir string   // removed by Stop when not empty
 	ids []string // node IDs, by index in Nodes
 }
 
@@ -66,11 +65,7 @@ func NewCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	return c
 }
 
-var sharedCluster struct {
-	once sync.Once
-	c    *Cluster
-	err  error
-}
+var sharedCluster sharedDeployment[*Cluster]
 
 // SharedCluster returns a cluster of 3 masters with 1 replica each,
 // started once per test binary. Tests that use it must use keys of their
@@ -79,32 +74,12 @@ var sharedCluster struct {
 func SharedCluster(t testing.TB) *Cluster {
 	t.Helper()
 	RequireCLI(t)
-	sharedCluster.once.Do(func() {
-		dir, err := os.MkdirTemp("", "redistest-cluster-")
-		if err != nil {
-			sharedCluster.err = err
-			return
-		}
-		sharedCluster.c, sharedCluster.err = StartCluster(dir, 3, 1)
-		if sharedCluster.err != nil {
-			os.RemoveAll(dir)
-			return
-		}
-		sharedCluster.c.dir = dir
-	})
-	if sharedCluster.err != nil {
-		t.Fatalf("redistest: shared cluster: %v", sharedCluster.err)
-	}
-	return sharedCluster.c
+	return sharedCluster.get(t, "cluster", func(dir string) (*Cluster, error) { return StartCluster(dir, 3, 1) })
 }
 
 // StopSharedCluster stops the cluster SharedCluster started, if any, and
 // removes its files.
-func StopSharedCluster() {
-	if sharedCluster.c != nil {
-		sharedCluster.c.Stop()
-	}
-}
+func StopSharedCluster() { sharedCluster.stop() }
 
 // StartCluster starts masters*(1+replicasPerMaster) cluster-enabled
 // servers in subdirectories of dir, joins them with redis-cli --cluster
@@ -241,9 +216,6 @@ func (c *Cluster) Stop() {
 		}()
 	}
 	wg.Wait()
-	if c.dir != "" {
-		os.RemoveAll(c.dir)
-	}
 }
 
 // Addrs returns the addresses of all nodes.

@@ -85,12 +85,7 @@ func New(t testing.TB, extra ...string) *Server {
 	return s
 }
 
-var shared struct {
-	once sync.Once
-	dir  string
-	srv  *Server
-	err  error
-}
+var shared sharedDeployment[*Server]
 
 // Shared returns a server started once per test binary for the tests that
 // need no server of their own; they must use keys of their own. Call
@@ -98,27 +93,11 @@ var shared struct {
 func Shared(t testing.TB) *Server {
 	t.Helper()
 	Require(t)
-	shared.once.Do(func() {
-		shared.dir, shared.err = os.MkdirTemp("", "redistest-shared-")
-		if shared.err == nil {
-			shared.srv, shared.err = Start(shared.dir)
-		}
-	})
-	if shared.err != nil {
-		t.Fatalf("redistest: shared server: %v", shared.err)
-	}
-	return shared.srv
+	return shared.get(t, "server", func(dir string) (*Server, error) { return Start(dir) })
 }
 
 // StopShared stops the server Shared started, if any, and removes its files.
-func StopShared() {
-	if shared.srv != nil {
-		shared.srv.Stop()
-	}
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
-	}
-}
+func StopShared() { shared.stop() }
 
 // Start starts a redis-server whose files live in dir, with the extra
 // arguments, as New does. It tries a few free ports in case another

@@ -39,7 +39,6 @@ type Sentinel struct {
 	// Addrs are the sentinels' addresses.
 	Addrs []string
 
-	dir       string // removed by Stop when not empty
 	sentinels []*sentinelProc
 }
 
@@ -55,11 +54,7 @@ func NewSentinel(t testing.TB) *Sentinel {
 	return s
 }
 
-var sharedSentinel struct {
-	once sync.Once
-	s    *Sentinel
-	err  error
-}
+var sharedSentinel sharedDeployment[*Sentinel]
 
 // SharedSentinel returns a Sentinel deployment started once per test
 // binary. Tests that use it must use keys of their own; one that fails the
@@ -69,32 +64,12 @@ var sharedSentinel struct {
 func SharedSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	Require(t)
-	sharedSentinel.once.Do(func() {
-		dir, err := os.MkdirTemp("", "redistest-sentinel-")
-		if err != nil {
-			sharedSentinel.err = err
-			return
-		}
-		sharedSentinel.s, sharedSentinel.err = StartSentinel(dir)
-		if sharedSentinel.err != nil {
-			os.RemoveAll(dir)
-			return
-		}
-		sharedSentinel.s.dir = dir
-	})
-	if sharedSentinel.err != nil {
-		t.Fatalf("redistest: shared sentinel: %v", sharedSentinel.err)
-	}
-	return sharedSentinel.s
+	return sharedSentinel.get(t, "sentinel", StartSentinel)
 }
 
 // StopSharedSentinel stops the deployment SharedSentinel started, if any,
 // and removes its files.
-func StopSharedSentinel() {
-	if sharedSentinel.s != nil {
-		sharedSentinel.s.Stop()
-	}
-}
+func StopSharedSentinel() { sharedSentinel.stop() }
 
 // StartSentinel starts a master, a replica of it and three sentinels, in
 // subdirectories of dir, and waits until every sentinel knows the master,
@@ -164,9 +139,6 @@ func (s *Sentinel) Stop() {
 		}
 	}
 	wg.Wait()
-	if s.dir != "" {
-		os.RemoveAll(s.dir)
-	}
 }
 
 // FailoverOptions returns options for a go-redis failover client of the
