@@ -165,6 +165,14 @@ func newProxy(t *testing.T, target string) *faults.Proxy {
 }
 
 // newServer starts a redis-server for t.
+// fencedLocker returns a Locker on its own client of addr that takes
+// fencing tokens, with the TTL and further options, as the scenarios'
+// holders use.
+func fencedLocker(t *testing.T, addr string, ttl time.Duration, opts ...locksmith.Option) *locksmith.Locker {
+	t.Helper()
+	return locksmith.New(newClient(t, addr), append([]locksmith.Option{locksmith.WithFencing(), locksmith.WithTTL(ttl)}, opts...)...)
+}
+
 func newServer(t *testing.T) *redistest.Server {
 	t.Helper()
 	return redistest.New(t)

@@ -70,7 +70,7 @@ func TestKilledHolderIsReplacedWithinTTL(t *testing.T) {
 	require.NoError(t, err)
 
 	worker := r.tracker("worker")
-	l := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
+	l := fencedLocker(t, srv.Addr, ttl)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	got := obtainAsync(ctx, worker, l, key, locksmith.WithRetry(locksmith.LinearBackoff(retry)))
@@ -108,8 +108,8 @@ func TestRedisRestartedEmptyWhileHeld(t *testing.T) {
 	ctx := t.Context()
 	const key, ttl, renew = "restart", 5 * time.Second, 300 * time.Millisecond
 	a, b := r.tracker("A"), r.tracker("B")
-	la := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(renew))
-	lb := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
+	la := fencedLocker(t, srv.Addr, ttl, locksmith.WithRenewInterval(renew))
+	lb := fencedLocker(t, srv.Addr, ttl)
 
 	ha, err := a.obtain(ctx, la, key)
 	require.NoError(t, err)
@@ -156,8 +156,8 @@ func TestBlackholedHolderStopsBeforeExpiry(t *testing.T) {
 	ctx := t.Context()
 	const key, ttl, renew = "blackhole", time.Second, 200 * time.Millisecond
 	a, b := r.tracker("A"), r.tracker("B")
-	la := locksmith.New(newClient(t, p.Addr()), locksmith.WithFencing(), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(renew))
-	lb := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
+	la := fencedLocker(t, p.Addr(), ttl, locksmith.WithRenewInterval(renew))
+	lb := fencedLocker(t, srv.Addr, ttl)
 	raw := newClient(t, srv.Addr)
 
 	ha, err := a.obtain(ctx, la, key)
@@ -225,7 +225,7 @@ func TestPausedHolderProcessWritesAreRejected(t *testing.T) {
 	stopped := time.Now()
 	helper.signal(syscall.SIGSTOP)
 	b := r.tracker("B")
-	lb := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(5*time.Second))
+	lb := fencedLocker(t, srv.Addr, 5*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	hb, err := b.obtain(ctx, lb, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
@@ -332,8 +332,8 @@ func stallScenario(t *testing.T, kind string, stallFor time.Duration, stall func
 	ctx := t.Context()
 	const key, ttl, renew = "stall", 500 * time.Millisecond, 100 * time.Millisecond
 	a, b := r.tracker("A"), r.tracker("B")
-	la := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(renew))
-	lb := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
+	la := fencedLocker(t, srv.Addr, ttl, locksmith.WithRenewInterval(renew))
+	lb := fencedLocker(t, srv.Addr, ttl)
 	admin := newClient(t, srv.Addr, func(o *redis.Options) { o.ReadTimeout = stallFor + 5*time.Second })
 
 	ha, err := a.obtain(ctx, la, key)
@@ -409,7 +409,7 @@ func TestScriptFlushIsInvisible(t *testing.T) {
 	ctx := t.Context()
 	const key, ttl, renew = "script-flush", 500 * time.Millisecond, 50 * time.Millisecond
 	a, b := r.tracker("A"), r.tracker("B")
-	l := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(renew))
+	l := fencedLocker(t, srv.Addr, ttl, locksmith.WithRenewInterval(renew))
 	admin := newClient(t, srv.Addr)
 
 	ha, err := a.obtain(ctx, l, key)
@@ -445,8 +445,8 @@ func TestRedisDown(t *testing.T) {
 	ctx := t.Context()
 	const key, ttl, renew = "down", 500 * time.Millisecond, 100 * time.Millisecond
 	a, b := r.tracker("A"), r.tracker("B")
-	la := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(renew))
-	lb := locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
+	la := fencedLocker(t, srv.Addr, ttl, locksmith.WithRenewInterval(renew))
+	lb := fencedLocker(t, srv.Addr, ttl)
 
 	ha, err := a.obtain(ctx, la, key)
 	require.NoError(t, err)
@@ -610,8 +610,8 @@ func TestFailoverToLaggingReplicaIsFencedOff(t *testing.T) {
 	ctx := t.Context()
 	const key, ttl = "failover", 2 * time.Second
 	a, b := r.tracker("A"), r.tracker("B")
-	la := locksmith.New(newClient(t, primary.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
-	lb := locksmith.New(newClient(t, replica.Addr), locksmith.WithFencing(), locksmith.WithTTL(ttl))
+	la := fencedLocker(t, primary.Addr, ttl)
+	lb := fencedLocker(t, replica.Addr, ttl)
 
 	// The replica falls behind: it never hears of A's lock.
 	lagging := time.Now()

@@ -57,12 +57,7 @@ func RequireCLI(t testing.TB) {
 func NewCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	t.Helper()
 	RequireCLI(t)
-	c, err := StartCluster(t.TempDir(), masters, replicasPerMaster)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(c.Stop)
-	return c
+	return startFor(t, func(dir string) (*Cluster, error) { return StartCluster(dir, masters, replicasPerMaster) })
 }
 
 var sharedCluster sharedDeployment[*Cluster]

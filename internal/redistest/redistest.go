@@ -77,12 +77,7 @@ func Require(t testing.TB) {
 func New(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	Require(t)
-	s, err := Start(t.TempDir(), extra...)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return startFor(t, func(dir string) (*Server, error) { return Start(dir, extra...) })
 }
 
 var shared sharedDeployment[*Server]

@@ -46,12 +46,7 @@ type Sentinel struct {
 func NewSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	Require(t)
-	s, err := StartSentinel(t.TempDir())
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return startFor(t, StartSentinel)
 }
 
 var sharedSentinel sharedDeployment[*Sentinel]

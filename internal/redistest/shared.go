@@ -6,6 +6,18 @@ import (
 	"testing"
 )
 
+// startFor starts a deployment in t's temporary directory and stops it
+// when t ends; it fails t if the deployment does not start.
+func startFor[T interface{ Stop() }](t testing.TB, start func(dir string) (T, error)) T {
+	t.Helper()
+	v, err := start(t.TempDir())
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(v.Stop)
+	return v
+}
+
 // sharedDeployment is a deployment started once per test binary, in a
 // temporary directory of its own that is removed when it stops.
 type sharedDeployment[T interface{ Stop() }] struct {
