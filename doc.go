@@ -36,8 +36,10 @@
 //
 // By default Obtain tries once; WithRetry sets a RetryStrategy to wait for
 // the lock instead, and the caller's context bounds the wait. Waiters do
-// not poll: a release announces itself, and each Locker wakes one of its
-// waiters for the key, in arrival order.
+// not poll: a waiter is queued in Redis when it finds the lock taken, and
+// a release hands the lock straight to the first waiter queued, in the
+// same round trip, announcing it to the waiter's Locker; within a Locker,
+// waiters are served in arrival order.
 //
 // Once runs a job under the lock unless a completion record says it already
 // ran, and writes that record together with the release.

@@ -132,22 +132,25 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	}
 	rkey := cfg.prefix + key
 	if _, once := cfg.retry.(noRetry); once {
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce)
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
 		if lk == nil && err == nil {
 			err = heldElsewhere(key)
 		}
 		return lk, err
 	}
-	// See notify.go for how waiting works.
+	// See notify.go for how waiting works, and handoff.go for how a
+	// release hands the lock to a waiter.
+	queue := l.queues(cfg)
 	t := l.notify.ticket(rkey)
 	if t.queued {
 		backoff := newBackoff(cfg.retry)
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in, unless the strategy allows no wait.
 		if delay, ok := backoff.Next(); ok {
-			return l.wait(ctx, key, rkey, cfg, backoff, delay, l.notify.join(rkey, t, time.Time{}))
+			w := l.notify.join(rkey, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
+			return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
 		}
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce)
+		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
 		if lk == nil && err == nil {
 			err = heldElsewhere(key)
 		}
@@ -159,26 +162,39 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	if t.existed {
 		mode = scripted
 	}
-	lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, mode)
+	token := uuid.NewString()
+	start := time.Now()
+	lk, res, err := l.tryObtain(ctx, key, rkey, cfg, mode, token, queue)
 	if lk != nil || err != nil {
 		return lk, err
 	}
+	w := l.notify.join(rkey, t, res, token, queue, start)
 	backoff := newBackoff(cfg.retry)
 	delay, ok := backoff.Next()
 	if !ok {
+		l.leave(ctx, key, rkey, cfg, w)
 		return nil, heldElsewhere(key)
 	}
-	return l.wait(ctx, key, rkey, cfg, backoff, delay, l.notify.join(rkey, t, holderExpiry(holderTTL)))
+	return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
+}
+
+// queues reports whether waiters with cfg are queued for handoffs (see
+// handoff.go): not on a quorum, with WithReplicas, or on Redis Cluster.
+func (l *Locker) queues(cfg *config) bool {
+	return !l.quorum && cfg.replicas == 0 && !l.notify.sharded
 }
 
 // wait makes waiter w's attempts until it obtains the lock, the strategy
 // gives up, or ctx ends. The first retry slot ends after delay.
 func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backoff Backoff, delay time.Duration, w *waiter) (*Lock, error) {
-	defer l.notify.leave(w)
+	defer l.leave(ctx, key, rkey, cfg, w)
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
 	defer timer.Stop()
 	for {
+		if h, since := l.notify.takeHandoff(w); h != nil {
+			return l.handedOver(ctx, key, rkey, cfg, w, h, since)
+		}
 		tryNow, tryAt, polling := l.notify.plan(w)
 		if !tryNow {
 			wakeAt := slotEnd
@@ -196,7 +212,8 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			now := time.Now()
 			slotOver := !now.Before(slotEnd)
 			// Try when polling at the end of a slot, or when the
-			// holder's TTL has run out without an announcement.
+			// holder's TTL has run out without an announcement (or the
+			// queue entry is due for renewal).
 			tryNow = (polling && slotOver) || (!tryAt.IsZero() && !now.Before(tryAt))
 			if !tryNow {
 				if !slotOver {
@@ -213,22 +230,72 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			}
 		}
 		start := time.Now()
-		lk, holderTTL, err := l.tryObtain(ctx, key, rkey, cfg, scripted)
+		l.notify.sending(w)
+		lk, res, err := l.tryObtain(ctx, key, rkey, cfg, scripted, w.token, w.queue)
 		if err != nil {
 			return nil, err
 		}
 		l.notify.observe(time.Since(start))
 		if lk != nil {
-			l.notify.tried(w, true, lk.Deadline())
+			l.notify.won(w, lk.Deadline())
 			return lk, nil
 		}
-		l.notify.tried(w, false, holderExpiry(holderTTL))
+		l.notify.lost(w, res, start)
 		d, ok := backoff.Next()
 		if !ok {
 			return nil, heldElsewhere(key)
 		}
 		slotEnd = time.Now().Add(max(d, 0))
 	}
+}
+
+// handedOver returns the lock a release handed to waiter w, as h
+// announced. Its validity runs from since, when w's first queued attempt
+// was sent (see handoff.go).
+func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, w *waiter, h *handoff, since time.Time) (*Lock, error) {
+	lk := l.newLock(key, rkey, cfg, w.token)
+	lk.fence = h.fence
+	lk.ttl = h.ttl
+	drift := cfg.driftFor(h.ttl)
+	lk.deadline = since.Add(h.ttl - drift)
+	l.notify.won(w, lk.deadline)
+	if ctx.Err() != nil {
+		deleteIfOwned(ctx, lk)
+		return nil, notObtained(ctx, key)
+	}
+	if time.Until(lk.deadline) < h.ttl/2 {
+		// A long wait since the first queued attempt: start the TTL
+		// again, from a time known.
+		if err := lk.refresh(ctx, h.ttl, drift); err != nil {
+			deleteIfOwned(ctx, lk)
+			switch {
+			case ctx.Err() != nil:
+				return nil, notObtained(ctx, key)
+			case errors.Is(err, ErrNotHeld):
+				return nil, fmt.Errorf("%w: %q was handed over but expired before it could be refreshed", ErrLockLost, key)
+			}
+			return nil, err
+		}
+	}
+	return lk, nil
+}
+
+// leave takes w out of its queue once its Obtain call returns. A waiter
+// that did not get the lock withdraws from the handoff queue, releasing
+// the lock if it was handed over meanwhile.
+func (l *Locker) leave(ctx context.Context, key, rkey string, cfg *config, w *waiter) {
+	if !l.notify.leave(w) {
+		return
+	}
+	withdraw(ctx, l.newLock(key, rkey, cfg, w.token))
+}
+
+// withdraw takes lk's token out of the handoff queue, and releases the
+// lock if it holds the token, as deleteIfOwned does.
+func withdraw(ctx context.Context, lk *Lock) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
+	defer cancel()
+	_, _ = lk.store.withdraw(ctx, lk.ref, lk.cfg.ttl.Milliseconds())
 }
 
 // holderExpiry returns when a holder whose remaining TTL an attempt
@@ -258,59 +325,73 @@ func notObtained(ctx context.Context, key string) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, ctx.Err())
 }
 
-// tryObtain makes one attempt. It returns the lock, or the holder's
-// remaining TTL (negative when unknown) when someone else holds it, or an
-// error for anything else. mode says which commands to send (see
-// acquireMode).
-func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, mode acquireMode) (*Lock, time.Duration, error) {
+// tryObtain makes one attempt, with token, queued for a handoff if queue
+// is set. It returns the lock, or, when someone else holds it, what the
+// attempt learned of the holder (its remaining TTL, negative when unknown,
+// and its token if the attempt was queued), or an error for anything else.
+// mode says which commands to send (see acquireMode).
+func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, mode acquireMode, token string, queue bool) (*Lock, acquireRes, error) {
 	// The handle is made first: the store's arguments live in it, so that
 	// they are built once per lock.
-	lk := &Lock{store: l.store, key: key, rkey: rkey, cfg: *cfg, ttl: cfg.ttl}
-	lk.token = uuid.NewString()
-	lk.keyBuf[0] = rkey
-	lk.ref = lockRef{keys: lk.keyBuf[:1], token: lk.token}
-	if l.notify.sharded {
-		lk.ref.channel = releaseChannel(rkey, true)
-	}
+	lk := l.newLock(key, rkey, cfg, token)
 	req := acquireReq{lockRef: lk.ref, ttl: cfg.ttl, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait,
-		mode: mode}
-	if cfg.fencing {
-		lk.keyBuf[1] = slotKey(rkey, fenceSuffix)
-		req.keys = lk.keyBuf[:2]
-	}
+		mode: mode, queue: queue}
 	start := time.Now()
 	res, err := l.store.acquire(ctx, req)
 	if err != nil {
 		if mayHaveLanded(err) {
-			deleteIfOwned(ctx, lk)
+			if queue {
+				withdraw(ctx, lk)
+			} else {
+				deleteIfOwned(ctx, lk)
+			}
 		}
 		if ctx.Err() != nil {
 			// The caller gave up mid-call: report it as such, whatever
 			// the client made of the interrupted command.
-			return nil, 0, notObtained(ctx, key)
+			return nil, acquireRes{}, notObtained(ctx, key)
 		}
-		return nil, 0, fmt.Errorf("locksmith: obtain %q: %w", key, err)
+		return nil, acquireRes{}, fmt.Errorf("locksmith: obtain %q: %w", key, err)
 	}
 	if !res.ok {
-		return nil, res.holderTTL, nil
+		return nil, res, nil
 	}
 	lk.fence = res.fence
 	lk.deadline = start.Add(cfg.ttl - cfg.driftFor(cfg.ttl))
 	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
 		deleteIfOwned(ctx, lk)
-		return nil, 0, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
+		return nil, acquireRes{}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
 			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
 	}
 	if res.acked < cfg.replicas {
 		deleteIfOwned(ctx, lk)
-		return nil, 0, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
+		return nil, acquireRes{}, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
 			ErrNotReplicated, res.acked, cfg.replicas, key, cfg.replicaWait)
 	}
 	if ctx.Err() != nil {
 		deleteIfOwned(ctx, lk)
-		return nil, 0, notObtained(ctx, key)
+		return nil, acquireRes{}, notObtained(ctx, key)
 	}
-	return lk, 0, nil
+	return lk, acquireRes{}, nil
+}
+
+// newLock makes the handle of an acquisition of rkey with token.
+func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
+	lk := &Lock{store: l.store, key: key, rkey: rkey, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk.keyBuf[0] = rkey
+	lk.ref = lockRef{keys: lk.keyBuf[:1], token: token, channel: noChannel}
+	if l.notify.sharded {
+		lk.ref.channel = releaseChannel(rkey, true)
+	}
+	if !l.quorum {
+		lk.keyBuf[1] = slotKey(rkey, queueSuffix)
+		lk.ref.keys = lk.keyBuf[:2]
+		if cfg.fencing {
+			lk.keyBuf[2] = slotKey(rkey, fenceSuffix)
+			lk.ref.keys = lk.keyBuf[:3]
+		}
+	}
+	return lk
 }
 
 // mayHaveLanded reports whether a command that failed with err may still
@@ -428,9 +509,10 @@ type Lock struct {
 	cfg   config
 
 	// ref is what the store needs to act on this lock; its keys live in
-	// keyBuf: the lock key and, with fencing, the fence counter's.
+	// keyBuf: the lock key, its handoff queue's (except on a quorum) and,
+	// with fencing, its fence counter's.
 	ref    lockRef
-	keyBuf [2]string
+	keyBuf [3]string
 
 	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
 

@@ -14,16 +14,21 @@ import (
 // Waiting for a lock, the way this package does it:
 //
 // The release script announces every release on a channel of the lock's
-// own (PUBLISH in the same script call as the delete). A Locker whose
-// Obtain calls wait for a lock subscribes to that channel, on one pub/sub
-// connection shared by all of its waiters, and keeps them in a FIFO queue
-// per key. An announcement wakes only the head of the queue, which tries
-// once; the others stay asleep and send nothing. So however many
-// goroutines wait, each Locker sends one attempt per release, and a
-// goroutine that has waited longest goes first. A new Obtain call on a key
-// that already has waiters in this Locker joins the back of the queue
-// without trying, so a goroutine that releases and asks again at once
-// cannot barge ahead of those already waiting.
+// own (PUBLISH in the same script call as the delete or the handoff: see
+// handoff.go). A Locker whose Obtain calls wait for a lock subscribes to
+// that channel, on one pub/sub connection shared by all of its waiters,
+// and keeps them in a FIFO queue per key. Usually the lock is handed to a
+// queued waiter, and the announcement names it: its Locker returns the
+// lock to it, and every other Locker learns how long the new holder holds
+// it. An announcement of a plain release (nobody was queued in Redis)
+// wakes only the head of each Locker's queue, which tries once; the others
+// stay asleep and send nothing. So however many goroutines wait, each
+// Locker sends at most one attempt per release, and a goroutine that has
+// waited longest goes first. A new Obtain call on a key that already has
+// waiters in this Locker joins the back of the queue without trying, so a
+// goroutine that releases and asks again at once cannot barge ahead of
+// those already waiting. A head that is not queued in Redis yet (it just
+// became the head) tries at once, which queues it.
 //
 // Releases that are not announced (the holder crashed and its key
 // expired, or someone deleted the key by hand) are caught by the holder's
@@ -136,8 +141,11 @@ type keyQueue struct {
 	// attempt and its joining.
 	events uint64
 	// holderUntil is when the holder's TTL runs out, as last reported by
-	// a failed attempt (zero: unknown or never).
+	// a failed attempt or a handoff (zero: unknown or never).
 	holderUntil time.Time
+	// handedTo is the last handoff announced, kept for a waiter whose
+	// attempt queued it and that joins after the handoff was heard.
+	handedTo handoff
 	// idleSince is when the last waiter left, for unsubscribing.
 	idleSince time.Time
 
@@ -157,8 +165,31 @@ type keyQueue struct {
 type waiter struct {
 	q *keyQueue
 	// wake asks the waiter to look at the queue again: it may have been
-	// woken to try, or become the head. It has room for one signal.
+	// woken to try, or become the head, or been handed the lock. It has
+	// room for one signal.
 	wake chan struct{}
+	// token is the token of every attempt of the waiter, and of its entry
+	// in the handoff queue (see handoff.go).
+	token string
+	// queue is whether the waiter's attempts queue it for handoffs.
+	queue bool
+
+	// Guarded by the notifier's mu:
+
+	// queued is set once an attempt that queues the waiter was sent: its
+	// entry may be in the handoff queue.
+	queued bool
+	// since is when the waiter's first queued attempt was sent, which
+	// precedes any handoff to it; renewAt is when its queue entry is due
+	// for renewal.
+	since, renewAt time.Time
+	// handedOver is the handoff of the lock to the waiter, once heard.
+	handedOver *handoff
+	// missed is set when an attempt found that the lock was handed to
+	// the waiter without its hearing of it: it should try.
+	missed bool
+	// done is set when the waiter leaves the queue with the lock.
+	done bool
 }
 
 func (w *waiter) signal() {
@@ -195,9 +226,11 @@ func (n *notifier) ticket(rkey string) ticket {
 }
 
 // join adds a waiter at the back of rkey's queue. t is the ticket taken
-// before the waiter's attempt, and holderUntil what that attempt learned
+// before the waiter's attempt, and res what that attempt learned (a
+// negative holderTTL if it made none). token is the waiter's token, queue whether its
+// attempts queue it for handoffs, and sent when its attempt was sent
 // (zero if it made none).
-func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
+func (n *notifier) join(rkey string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
 	ch := releaseChannel(rkey, n.sharded)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -209,10 +242,20 @@ func (n *notifier) join(rkey string, t ticket, holderUntil time.Time) *waiter {
 		n.active.Add(1)
 		n.subscribeLocked(q)
 	}
-	if !holderUntil.IsZero() {
+	if holderUntil := holderExpiry(res.holderTTL); !holderUntil.IsZero() {
 		q.holderUntil = holderUntil
 	}
-	w := &waiter{q: q, wake: make(chan struct{}, 1)}
+	n.heldByLocked(q, res.holder)
+	w := &waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue}
+	if queue && !sent.IsZero() {
+		w.queued, w.since, w.renewAt = true, sent, sent.Add(queueEntryRenew)
+		if q.handedTo.token == token {
+			// Handed over before the waiter joined.
+			h := q.handedTo
+			w.handedOver = &h
+			w.signal()
+		}
+	}
 	q.waiters = append(q.waiters, w)
 	// A release announced between the ticket and now may have found no
 	// waiter to wake: make up for it. (A new subscription needs nothing:
@@ -292,23 +335,87 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) 
 		return false, q.notBefore, false
 	case q.woken == w:
 		return true, time.Time{}, false
+	case w.missed:
+		w.missed = false
+		return true, time.Time{}, false
 	case q.waiters[0] != w:
 		return false, time.Time{}, false
-	case !q.conn.up || !q.subscribed:
-		// Unannounced releases are possible: poll at the strategy's
-		// delays, and try when the holder's TTL runs out.
-		return false, q.holderUntil, true
-	default:
-		return false, q.holderUntil, false
+	case w.queue && !w.queued:
+		// A new head: queue up for the next handoff.
+		return true, time.Time{}, false
+	}
+	tryAt = q.holderUntil
+	if w.queued && (tryAt.IsZero() || w.renewAt.Before(tryAt)) {
+		tryAt = w.renewAt
+	}
+	// While the subscription is not confirmed, unannounced releases are
+	// possible: poll at the strategy's delays.
+	return false, tryAt, !q.conn.up || !q.subscribed
+}
+
+// sending records that w is about to send an attempt.
+func (n *notifier) sending(w *waiter) {
+	if !w.queue {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !w.queued {
+		w.queued, w.since = true, time.Now()
 	}
 }
 
-// tried reports the result of w's attempt: on success w leaves the queue
-// and holderUntil is when its own lock expires; on failure holderUntil is
-// what the attempt learned of the holder.
-func (n *notifier) tried(w *waiter, won bool, holderUntil time.Time) {
+// takeHandoff returns the handoff of the lock to w, if one was heard,
+// and when w's first queued attempt was sent.
+func (n *notifier) takeHandoff(w *waiter) (*handoff, time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	h := w.handedOver
+	w.handedOver = nil
+	return h, w.since
+}
+
+// won reports that w got the lock, by its attempt or a handoff: it leaves
+// the queue, and its lock expires at holderUntil.
+func (n *notifier) won(w *waiter, holderUntil time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.triedLocked(w, true, holderUntil)
+	w.done = true
+	n.removeLocked(w)
+}
+
+// lost reports that w's attempt, sent at sent, found the lock taken, and
+// what it learned of the holder.
+func (n *notifier) lost(w *waiter, res acquireRes, sent time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w.queue {
+		w.renewAt = sent.Add(queueEntryRenew)
+	}
+	n.triedLocked(w, false, holderExpiry(res.holderTTL))
+	n.heldByLocked(w.q, res.holder)
+}
+
+// heldByLocked acts on an attempt's finding that holder holds q's lock:
+// if that is one of q's waiters, a handoff to it was missed (it was
+// announced while the subscription was down, or before the waiter
+// joined), and that waiter is told to try: its attempt will find its own
+// token and return the lock.
+func (n *notifier) heldByLocked(q *keyQueue, holder string) {
+	if holder == "" {
+		return
+	}
+	for _, w := range q.waiters {
+		if w.token == holder {
+			w.missed = true
+			w.signal()
+			return
+		}
+	}
+}
+
+func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
 	q := w.q
 	q.holderUntil = holderUntil
 	q.ours = won
@@ -328,17 +435,16 @@ func (n *notifier) tried(w *waiter, won bool, holderUntil time.Time) {
 			n.kickLocked(q)
 		}
 	}
-	if won {
-		n.removeLocked(w)
-	}
 }
 
 // leave removes w from its queue if it is still there, passing on a wake
-// it had not used.
-func (n *notifier) leave(w *waiter) {
+// it had not used. It reports whether w must withdraw from the handoff
+// queue: it may be queued there and did not get the lock.
+func (n *notifier) leave(w *waiter) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.removeLocked(w)
+	return w.queued && !w.done
 }
 
 func (n *notifier) removeLocked(w *waiter) {
@@ -450,7 +556,13 @@ func (n *notifier) handle(c *subConn, msg any) (replace bool) {
 	c.up = true
 	switch m := msg.(type) {
 	case *redis.Message:
-		if q := c.keys[m.Channel]; q != nil {
+		q := c.keys[m.Channel]
+		if q == nil {
+			return false
+		}
+		if h, ok := parseHandoff(m.Payload); ok {
+			n.handedLocked(q, h)
+		} else {
 			q.events++
 			if q.ours && q.woken == nil && time.Since(q.rivalSeen) < rivalMemory {
 				q.notBefore = time.Now().Add(n.roundTrip())
@@ -482,6 +594,23 @@ func (n *notifier) handle(c *subConn, msg any) (replace bool) {
 		}
 	}
 	return false
+}
+
+// handedLocked acts on the announcement that a release handed q's lock
+// over: to one of q's waiters, which takes it, or to someone else, who
+// holds it for h.ttl.
+func (n *notifier) handedLocked(q *keyQueue, h handoff) {
+	q.handedTo = h
+	q.holderUntil = time.Now().Add(h.ttl + time.Millisecond)
+	for _, w := range q.waiters {
+		if w.token == h.token {
+			q.ours = true
+			w.handedOver = &h
+			w.signal()
+			return
+		}
+	}
+	q.ours = false
 }
 
 // down marks every key of c unsubscribed after the connection failed, and

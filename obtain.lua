@@ -1,43 +1,77 @@
--- Acquire the lock if it is free.
--- KEYS[1]: the lock key. KEYS[2], only with fencing: the fence counter.
--- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms.
+-- Acquire the lock if it is free; when it is taken, queue the caller for
+-- a direct handoff (see release.lua).
+-- KEYS[1]: the lock key. When queueing: KEYS[2], the handoff queue, and
+-- KEYS[3], with fencing only, the fence counter; otherwise KEYS[2], with
+-- fencing only, the fence counter.
+-- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms. ARGV[3], optional:
+-- the caller's queue entry (see queueEntry in handoff.go), given only to
+-- queue the caller; ARGV[4]: how long the entry stays valid, in ms.
 --
 -- Returns, when the caller holds the lock: its fencing token, or 0 without
--- fencing. That includes an earlier delivery of this same call having
--- taken it: a client that resends a command after a dropped connection
--- must not be told that it lost to itself. Otherwise returns -2 - the
--- holder's remaining TTL in ms, which is -1 when the key has no expiry, so
--- that one integer reply carries both.
+-- fencing. That includes the key already holding the caller's token: an
+-- earlier delivery of this same call took it (a client that resends a
+-- command after a dropped connection must not be told that it lost to
+-- itself), or a release handed it over. The TTL is then set again, so that
+-- it runs from this call. Otherwise returns -2 - the holder's remaining TTL
+-- in ms, which is -1 when the key has no expiry, so that one integer reply
+-- carries both; when the caller was queued, that number and the holder's
+-- token, so that its Locker can tell that the lock was handed to another
+-- of its waiters even if it missed the announcement.
 --
 -- A fencing token is larger than every token the counter gave before,
 -- and at least the server's clock in microseconds, so that it keeps
 -- growing when the counter is lost (a restart without persistence, a
 -- failover to a replica that missed the last increments), as long as the
 -- server's clock does not step back.
+local fence_key = KEYS[2]
+if ARGV[3] then
+  fence_key = KEYS[3]
+end
+
 local function next_fence()
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('get', KEYS[2]) or '0')
+  local last = tonumber(redis.call('get', fence_key) or '0')
   local fence = math.max(last + 1, now)
-  redis.call('set', KEYS[2], string.format('%d', fence))
+  redis.call('set', fence_key, string.format('%d', fence))
   return fence
 end
 
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if #KEYS < 2 then
+local function won(fresh)
+  if ARGV[3] then
+    redis.call('zrem', KEYS[2], 'a:' .. ARGV[3], 'l:' .. ARGV[3])
+  end
+  if not fence_key then
     return 0
+  end
+  if not fresh then
+    -- Nobody can have taken a fence since: it is still ours.
+    local fence = redis.call('get', fence_key)
+    if fence then
+      return tonumber(fence)
+    end
   end
   return next_fence()
 end
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  if #KEYS < 2 then
-    return 0
-  end
-  -- Nobody can have taken a fence since: it is still ours.
-  local fence = redis.call('get', KEYS[2])
-  if fence then
-    return tonumber(fence)
-  end
-  return next_fence()
+
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return won(true)
+end
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return won(false)
+end
+if ARGV[3] then
+  -- The queue holds two members per entry: 'a:'..entry, scored with when
+  -- it arrived (the first time, so that renewing keeps its place), and
+  -- 'l:'..entry, scored with minus when it lapses. The queue key itself
+  -- lapses with its newest entry.
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('zadd', KEYS[2], 'NX', now, 'a:' .. ARGV[3])
+  redis.call('zadd', KEYS[2], -(now + tonumber(ARGV[4])), 'l:' .. ARGV[3])
+  redis.call('pexpire', KEYS[2], ARGV[4])
+  return {-2 - redis.call('pttl', KEYS[1]), holder}
 end
 return -2 - redis.call('pttl', KEYS[1])

@@ -43,8 +43,10 @@ import (
 // Fencing (WithFencing) is refused with ErrInvalidArgument: independent
 // counters cannot give strictly increasing tokens without a second round
 // of writes, and a quorum of clocks is no better. WithReplicas and Once are
-// refused too. Waiters are woken by release announcements heard on the
-// first master; when it is down they poll at their strategy's delays.
+// refused too. A release cannot hand the lock over on a majority in one
+// step, so waiters are not queued: they are woken by release
+// announcements heard on the first master, and try; when it is down they
+// poll at their strategy's delays.
 //
 // New never fails; fewer than one client, a nil client, or an invalid
 // option makes every call on the Locker return an error matching
@@ -219,6 +221,11 @@ func (q quorumStore) release(ctx context.Context, ref lockRef) (bool, error) {
 		return n.release(ctx, ref)
 	})
 	return q.count(yes, errs)
+}
+
+// withdraw is release: a quorum's waiters are never queued for a handoff.
+func (q quorumStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {
+	return q.release(ctx, ref)
 }
 
 func (q quorumStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {

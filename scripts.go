@@ -45,9 +45,14 @@ const pttlNotHeld = -3
 type store interface {
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
-	// release deletes the lock if it holds the token, announces the
-	// release to waiters in the same step, and reports whether it did.
+	// release hands the lock to the first of its queued waiters, or
+	// deletes it, if it holds the token, announces which to waiters in the
+	// same step, and reports whether it did.
 	release(ctx context.Context, ref lockRef) (bool, error)
+	// withdraw is release for a queued waiter that gives up: when the
+	// lock does not hold the token (it was not handed to the waiter),
+	// it removes the waiter's queue entry, made with ttlMS.
+	withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error)
 	// refresh sets the lock's TTL if it holds the token, and reports
 	// whether it did.
 	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
@@ -56,28 +61,39 @@ type store interface {
 }
 
 // lockRef names one acquisition of a lock to a store: keys[0] is the lock
-// key (keys[1], when present, its fence counter), and token the value that
-// marks this acquisition. The token is kept as an interface value because
+// key, keys[1], when present, its handoff queue (see handoff.go), and
+// keys[2], when present, its fence counter; token is the value that marks
+// this acquisition. The token is kept as an interface value because
 // go-redis takes arguments as such: converting once per lock, not once per
 // command, saves an allocation per command.
 type lockRef struct {
 	keys  []string
 	token any
 	// channel is the sharded channel on which the release is announced,
-	// on Redis Cluster only; nil elsewhere.
+	// on Redis Cluster only; noChannel elsewhere.
 	channel any
 }
 
+// noChannel is lockRef.channel where releases are announced on a channel
+// named after the key (see release.lua).
+var noChannel any = ""
+
+// fenced reports whether the lock takes fencing tokens.
+func (r *lockRef) fenced() bool { return len(r.keys) > 2 }
+
 // acquireReq is one attempt to take a lock: set keys[0] to token with the
-// TTL if it is free (or already holds token), then, if keys[1] is present,
+// TTL if it is free (or already holds token), then, if keys[2] is present,
 // take the next fencing token from that counter, and, if replicas is not
-// zero, wait up to replicaWait for that many replicas to acknowledge.
+// zero, wait up to replicaWait for that many replicas to acknowledge. When
+// queue is set and the lock is taken, the caller is queued in keys[1] for
+// a handoff.
 type acquireReq struct {
 	lockRef
 	ttl         time.Duration
 	ttlMS       any // ttl in whole milliseconds, an int64
 	replicas    int
 	replicaWait time.Duration
+	queue       bool
 	// mode chooses the commands; the plain ones apply only without
 	// fencing or replicas.
 	mode acquireMode
@@ -104,12 +120,14 @@ const (
 
 // acquireRes is the outcome of an acquireReq: either ok, with the fence
 // (0 without fencing) and the number of replicas that acknowledged, or not,
-// with the holder's remaining TTL, negative when its key has no expiry.
+// with the holder's remaining TTL, negative when its key has no expiry,
+// and, for a queued attempt, the holder's token.
 type acquireRes struct {
 	ok        bool
 	fence     int64
 	acked     int
 	holderTTL time.Duration
+	holder    string
 }
 
 // scriptStore is the store of a single Redis server, Sentinel group or
@@ -134,7 +152,7 @@ func (s scriptStore) publish() string {
 var _ store = scriptStore{}
 
 func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
-	if req.replicas == 0 && len(req.keys) == 1 {
+	if req.replicas == 0 && !req.fenced() {
 		switch req.mode {
 		case plainOnce:
 			return s.acquireOnce(ctx, req)
@@ -142,13 +160,25 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 			return s.acquireFirst(ctx, req)
 		}
 	}
+	if req.queue {
+		return s.acquireQueued(ctx, req)
+	}
 	var (
 		res, acked int64
 		err        error
 	)
-	if req.replicas == 0 {
-		res, err = obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS).Int64()
+	// Only a queued attempt needs the queue key: leave it out, so that on
+	// Redis Cluster the script has no key that does not exist, which
+	// would have it refused (TRYAGAIN) while the slot migrates.
+	if req.fenced() {
+		req.keys = []string{req.keys[0], req.keys[2]}
 	} else {
+		req.keys = req.keys[:1]
+	}
+	switch {
+	case req.replicas == 0:
+		res, err = obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS).Int64()
+	default:
 		res, acked, err = s.acquireReplicated(ctx, req)
 	}
 	if err != nil {
@@ -158,6 +188,29 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 		return acquireRes{holderTTL: time.Duration(-2-res) * time.Millisecond}, nil
 	}
 	return acquireRes{ok: true, fence: res, acked: int(acked)}, nil
+}
+
+// acquireQueued runs the acquire script and queues the caller for a
+// handoff when the lock is taken.
+func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquireRes, error) {
+	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
+	v, err := obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS, entry, queueEntryLifeMS).Result()
+	if err != nil {
+		return acquireRes{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return acquireRes{ok: true, fence: v}, nil
+	case []any:
+		if len(v) == 2 {
+			res, ok1 := v[0].(int64)
+			holder, ok2 := v[1].(string)
+			if ok1 && ok2 && res < 0 {
+				return acquireRes{holderTTL: time.Duration(-2-res) * time.Millisecond, holder: holder}, nil
+			}
+		}
+	}
+	return acquireRes{}, fmt.Errorf("unexpected reply from the acquire script: %v", v)
 }
 
 // acquireOnce takes the lock with SET NX PX GET, which answers with what
@@ -237,14 +290,29 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 }
 
 func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	var res int64
-	var err error
-	if ref.channel != nil {
-		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel).Int64()
-	} else {
-		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token).Int64()
-	}
+	res, err := releaseScript.Run(ctx, s.client, s.releaseKeys(ref), ref.token, ref.channel).Int64()
 	return res == 1, err
+}
+
+func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
+	if s.sharded {
+		return s.release(ctx, ref)
+	}
+	entry := queueEntry(ttlMS, ref.fenced(), ref.token.(string))
+	res, err := releaseScript.Run(ctx, s.client, ref.keys, ref.token, ref.channel, entry).Int64()
+	return res == 1, err
+}
+
+// releaseKeys returns the keys a release of ref passes to the script. On
+// Redis Cluster that is the lock key alone, without the handoff queue: a
+// script with several keys is refused (TRYAGAIN) while their slot
+// migrates, and a release must not fail then. So waiters are not queued
+// there (see Locker.queues).
+func (s scriptStore) releaseKeys(ref lockRef) []string {
+	if s.sharded {
+		return ref.keys[:1]
+	}
+	return ref.keys
 }
 
 func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {

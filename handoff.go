@@ -1,0 +1,97 @@
+package locksmith
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Handing a lock over, the way this package does it:
+//
+// A waiter whose attempt finds the lock taken is also queued for it, in
+// the same script call, in a sorted set beside the lock key (its handoff
+// queue, in the key's cluster slot). Its entry names its token, the TTL it
+// asked for and whether it wants a fencing token. A release does not just
+// delete the key: it pops the first live entry and sets the key to that
+// entry's token, with its TTL (and the next fencing token), and announces
+// the handoff on the release channel. The waiter's Locker hears the
+// announcement and returns the lock to the waiter without another round
+// trip: the lock passes from one holder to the next in the release's one
+// round trip, instead of a release, an announcement and then an attempt
+// by every Locker that waits. A release that finds no live entry deletes
+// the key and announces that, as before, and the waiters try as described
+// in notify.go.
+//
+// Each Locker queues the head of its own queue for a key (and any waiter
+// whose first attempt raced with others of the same Locker), so the
+// handoff queue holds about one entry per Locker and serves the Lockers
+// first come, first served; when a Locker's head leaves with the lock, its
+// next head queues at once. An entry lapses queueEntryLife after it was
+// last renewed (the head renews it after queueEntryRenew, keeping its
+// place), so a Locker that dies while it waits can be handed the lock only
+// within that time, and then holds up its successors for one TTL. A waiter that
+// gives up withdraws its entry, releasing the lock if it was handed over
+// meanwhile.
+//
+// The validity of a handed-over lock is counted, conservatively, from the
+// waiter's first attempt that queued it: the entry that the release
+// popped was made or renewed by one of the waiter's attempts, none sent
+// before that one, so the handoff, which starts the TTL, came after it.
+// (A later attempt would not do: it may reach Redis after a handoff the
+// waiter has not heard of yet, when the handed lock has expired and been
+// taken by someone else.) When that leaves less than half the TTL, the
+// waiter refreshes the lock before returning it. An attempt that finds
+// the lock held by another waiter of the same Locker tells that waiter to
+// try, which returns the lock to it if it missed the announcement.
+//
+// Quorums, locks that wait for replicas (WithReplicas) and Redis Cluster
+// are not queued: a handoff could neither reach a majority in one step
+// nor wait for the replicas, and on a cluster a script that names the
+// queue key, which usually does not exist, is refused (TRYAGAIN) while the
+// slot migrates, which must not make releases fail. Their waiters are
+// woken by the announcement of a plain release and try, as notify.go
+// describes.
+
+// Lifetimes of handoff queue entries.
+const (
+	queueEntryLife  = 5 * time.Second
+	queueEntryRenew = 2 * time.Second
+	queueSuffix     = ":queue"
+)
+
+// queueEntryLifeMS is queueEntryLife as the acquire script takes it.
+var queueEntryLifeMS any = queueEntryLife.Milliseconds()
+
+// queueEntry is a waiter's entry in a handoff queue, as release.lua reads
+// it: "<ttl ms> <1 with fencing, else 0> <token>".
+func queueEntry(ttlMS int64, fenced bool, token string) string {
+	f := " 0 "
+	if fenced {
+		f = " 1 "
+	}
+	return strconv.FormatInt(ttlMS, 10) + f + token
+}
+
+// handoff is an announced handoff: the lock now holds token, with ttl,
+// and fence as its fencing token (0 without fencing).
+type handoff struct {
+	token string
+	ttl   time.Duration
+	fence int64
+}
+
+// parseHandoff reads the announcement of a handoff; ok is false for
+// anything else, such as the empty announcement of a plain release.
+func parseHandoff(payload string) (h handoff, ok bool) {
+	ttl, rest, ok1 := strings.Cut(payload, " ")
+	fence, token, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || token == "" {
+		return handoff{}, false
+	}
+	ms, err1 := strconv.ParseInt(ttl, 10, 64)
+	f, err2 := strconv.ParseInt(fence, 10, 64)
+	if err1 != nil || err2 != nil || ms <= 0 || f < 0 {
+		return handoff{}, false
+	}
+	return handoff{token: token, ttl: time.Duration(ms) * time.Millisecond, fence: f}, true
+}
