@@ -168,6 +168,15 @@ func nextAnnouncement(t *testing.T, ps *redis.PubSub) string {
 	return m.Payload
 }
 
+// holdLong takes key for a minute, through a Locker of its own on c with
+// opts as its defaults.
+func holdLong(t *testing.T, c redis.UniversalClient, key string, opts ...locksmith.Option) *locksmith.Lock {
+	t.Helper()
+	lk, err := locksmith.New(c, opts...).Obtain(t.Context(), key, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	return lk
+}
+
 // requireFree checks that nothing holds or waits for the lock at rkey.
 func requireFree(t *testing.T, raw *redis.Client, rkey string) {
 	t.Helper()
@@ -235,8 +244,7 @@ func TestHandoffTakesNextFence(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		holder, err := locksmith.New(b.client(t), locksmith.WithFencing()).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
+		holder := holdLong(t, b.client(t), key, locksmith.WithFencing())
 		require.Positive(t, holder.Fence())
 		announced := subscribeReleases(t, raw, key)
 
@@ -272,8 +280,7 @@ func TestHandoffFirstComeFirstServed(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
+		holder := holdLong(t, b.client(t), key)
 
 		const waiters = 3
 		var (
@@ -323,8 +330,7 @@ func TestHandoffOrderSurvivesRenewal(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
+		holder := holdLong(t, b.client(t), key)
 
 		first, second := &scripts{}, &scripts{}
 		got1 := obtainInBackground(ctx, locksmith.New(b.client(t, first)), nil, key, locksmith.WithRetry(forever))
@@ -372,8 +378,7 @@ func TestHandoffWaiterThatGivesUpWithdraws(t *testing.T) {
 				ctx := t.Context()
 				raw := b.client(t)
 				key := uniqueKey(t)
-				holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-				require.NoError(t, err)
+				holder := holdLong(t, b.client(t), key)
 				announced := subscribeReleases(t, raw, key)
 
 				wctx, cancel := context.WithCancel(ctx)
@@ -506,8 +511,7 @@ func TestHandoffMissedAnnouncement(t *testing.T) {
 	ctx := t.Context()
 	raw := srv.Client(t)
 	key := uniqueKey(t)
-	holder, err := locksmith.New(srv.Client(t), locksmith.WithFencing()).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-	require.NoError(t, err)
+	holder := holdLong(t, srv.Client(t), key, locksmith.WithFencing())
 
 	done := &scripts{}
 	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{done}), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second))
@@ -605,8 +609,7 @@ func TestHandoffSkipsFencedEntryWithoutCounter(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
+		holder := holdLong(t, b.client(t), key)
 		announced := subscribeReleases(t, raw, key)
 
 		got := obtainInBackground(ctx, locksmith.New(b.client(t), locksmith.WithFencing()), nil, key, locksmith.WithRetry(forever))
@@ -671,8 +674,7 @@ func TestHandoffNotQueued(t *testing.T) {
 		ctx := t.Context()
 		raw := cl.Client(t)
 		key := uniqueKey(t)
-		holder, err := locksmith.New(cl.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
+		holder := holdLong(t, cl.Client(t), key)
 
 		cnt := &counter{}
 		wc := cl.Client(t)
@@ -692,8 +694,7 @@ func TestHandoffNotQueued(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-			require.NoError(t, err)
+			holder := holdLong(t, b.client(t), key)
 			defer holder.Release(ctx)
 
 			done := &scripts{}
@@ -720,8 +721,7 @@ func TestHandoffAfterLongWaitRefreshes(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		const ttl = 600 * time.Millisecond
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
-		require.NoError(t, err)
+		holder := holdLong(t, b.client(t), key)
 
 		called := time.Now()
 		got := obtainInBackground(ctx, locksmith.New(b.client(t), locksmith.WithTTL(ttl)), nil, key, locksmith.WithRetry(forever))
