@@ -26,10 +26,11 @@ const (
 )
 
 // waitBackoff is how run --wait retries while the lock is held. The
-// library wakes a waiting Obtain as soon as the holder releases the lock,
-// and tries again when the holder's TTL runs out, so a holder that crashed
-// is replaced at once; the delays matter only while it cannot hear of
-// releases (its subscription is being set up, or Redis is reconnecting).
+// library hands the lock to (or wakes) a waiting Obtain as soon as the
+// holder releases it, and tries again when the holder's TTL runs out, so
+// a holder that crashed is replaced at once; the delays matter only while
+// it cannot hear of releases (its subscription is being set up, or Redis
+// is reconnecting).
 var waitBackoff = locksmith.ExponentialBackoff(25*time.Millisecond, time.Second)
 
 // waitUntil is the retry strategy of run --wait: waitBackoff until the
