@@ -227,9 +227,9 @@ func (n *notifier) ticket(rkey string) ticket {
 
 // join adds a waiter at the back of rkey's queue. t is the ticket taken
 // before the waiter's attempt, and res what that attempt learned (a
-// negative holderTTL if it made none). token is the waiter's token, queue whether its
-// attempts queue it for handoffs, and sent when its attempt was sent
-// (zero if it made none).
+// negative holderTTL if it made none). token is the waiter's token, queue
+// whether its attempts queue it for handoffs, and sent when its attempt
+// was sent (zero if it made none).
 func (n *notifier) join(rkey string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
 	ch := releaseChannel(rkey, n.sharded)
 	n.mu.Lock()
@@ -415,6 +415,9 @@ func (n *notifier) heldByLocked(q *keyQueue, holder string) {
 	}
 }
 
+// triedLocked records the outcome of w's attempt or handoff in its
+// queue's state: the holder's expiry, and whether the lock is this
+// Locker's now.
 func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
 	q := w.q
 	q.holderUntil = holderUntil
