@@ -18,7 +18,8 @@ var (
 )
 
 // A LockStatus is what Redis holds for one lock key, as Inspect reads it:
-// the lock, its fence counter and its completion record.
+// the lock, its fence counter, its completion record and its handoff
+// queue.
 type LockStatus struct {
 	// Held reports whether someone holds the lock.
 	Held bool
@@ -37,16 +38,21 @@ type LockStatus struct {
 	// Done is the completion record Once keeps for the key, or nil when
 	// there is none: the job has not completed, or its record expired.
 	Done *Completion
+	// Queued is the number of waiters queued for a handoff of the lock:
+	// about one per Locker with Obtain calls waiting for it. Waiters on
+	// Redis Cluster, on a quorum or with WithReplicas are not queued, and
+	// not counted.
+	Queued int
 }
 
 // Inspect reads the state of the lock on key, for status pages and
 // operators: whether it is held, by which token and for how long, the last
-// fencing token issued for it, and the completion record Once keeps for
-// it. It changes nothing, and holds no lock: the state may change as soon
+// fencing token issued for it, the completion record Once keeps for it,
+// and how many waiters are queued for it. It changes nothing, and holds no lock: the state may change as soon
 // as it is read. The options are checked as for Obtain, but only the
 // prefix matters.
 //
-// Inspect reads the three keys in one step, so they are consistent with
+// Inspect reads the four keys in one step, so they are consistent with
 // each other, in one round trip (two when the server first answers
 // NOSCRIPT). They share the lock key's Redis Cluster slot (see Once), so
 // Inspect works on Redis Cluster too.
@@ -64,11 +70,11 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 	}
 	rkey := cfg.prefix + key
 	fenceKey, doneKey := slotKey(rkey, fenceSuffix), slotKey(rkey, doneSuffix)
-	raw, err := st.inspect(ctx, rkey, fenceKey, doneKey)
+	raw, err := st.inspect(ctx, []string{rkey, fenceKey, doneKey, slotKey(rkey, queueSuffix)})
 	if err != nil {
 		return LockStatus{}, fmt.Errorf("locksmith: inspect %q: %w", key, err)
 	}
-	var s LockStatus
+	s := LockStatus{Queued: int(raw.queued)}
 	if raw.held {
 		s.Held, s.Token, s.TTL = true, raw.token, raw.ttl
 	}
@@ -98,7 +104,8 @@ func decodeCompletion(record string) (Completion, error) {
 }
 
 // rawStatus is what a store reads for Inspect: the values of the lock key,
-// the fence counter and the completion record.
+// the fence counter and the completion record, and the live entries of
+// the handoff queue.
 type rawStatus struct {
 	held      bool
 	token     string
@@ -107,29 +114,32 @@ type rawStatus struct {
 	fence     string
 	hasRecord bool
 	record    string
+	queued    int64
 }
 
 // An inspectStore is a store that can read a lock's state for Inspect.
 type inspectStore interface {
-	// inspect reads rkey and its TTL, fenceKey and doneKey, which live in
-	// rkey's cluster slot, in one step.
-	inspect(ctx context.Context, rkey, fenceKey, doneKey string) (rawStatus, error)
+	// inspect reads, in one step, the lock key keys[0] and its TTL, and
+	// its companions in its cluster slot: the fence counter keys[1], the
+	// completion record keys[2] and the handoff queue keys[3].
+	inspect(ctx context.Context, keys []string) (rawStatus, error)
 }
 
 var _ inspectStore = scriptStore{}
 
-func (s scriptStore) inspect(ctx context.Context, rkey, fenceKey, doneKey string) (rawStatus, error) {
-	res, err := inspectScript.Run(ctx, s.client, []string{rkey, fenceKey, doneKey}).Slice()
+func (s scriptStore) inspect(ctx context.Context, keys []string) (rawStatus, error) {
+	res, err := inspectScript.Run(ctx, s.client, keys).Slice()
 	if err != nil {
 		return rawStatus{}, err
 	}
-	if len(res) != 4 {
-		return rawStatus{}, fmt.Errorf("inspect script returned %d values, want 4", len(res))
+	if len(res) != 5 {
+		return rawStatus{}, fmt.Errorf("inspect script returned %d values, want 5", len(res))
 	}
 	var raw rawStatus
 	raw.token, raw.held = res[0].(string)
 	raw.fence, raw.hasFence = res[2].(string)
 	raw.record, raw.hasRecord = res[3].(string)
+	raw.queued, _ = res[4].(int64)
 	if raw.held {
 		ms, ok := res[1].(int64)
 		if !ok {

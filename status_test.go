@@ -39,6 +39,20 @@ func TestInspect(t *testing.T) {
 		require.LessOrEqual(t, st.TTL, time.Minute)
 		require.Zero(t, st.Fence, "no fence was ever issued")
 		require.Nil(t, st.Done)
+		require.Zero(t, st.Queued)
+
+		// A waiter of another Locker is queued for a handoff, and counted
+		// until it gives up.
+		wctx, cancel := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() {
+			_, err := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:")).Obtain(wctx, key, locksmith.WithRetry(forever))
+			waited <- err
+		}()
+		eventually(t, 5*time.Second, func() bool { return inspect().Queued == 1 }, "one waiter queued")
+		cancel()
+		require.ErrorIs(t, <-waited, context.Canceled)
+		require.Zero(t, inspect().Queued, "the waiter withdrew")
 		require.NoError(t, lk.Release(ctx))
 
 		lk, err = l.Obtain(ctx, key, locksmith.WithFencing())

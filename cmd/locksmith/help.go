@@ -148,21 +148,23 @@ Examples:
 const statusIntro = `Usage: locksmith status [flags] --key KEY [--json]
 
 Show whether the lock KEY is free or held, and if it is held the holder's
-token and the time left before it expires unless renewed; the last fencing
-token issued for KEY (by run --fencing); and the record of a run --once
-under KEY that succeeded: when, by which locksmith (host:pid), under which
-token. status reads them all in one step and changes nothing. It exits 0
+token and the time left before it expires unless renewed; how many
+waiters (run --wait, about one per process) are queued for it, except on
+Redis Cluster, where waiters are not queued; the last fencing token issued
+for KEY (by run --fencing); and the record of a run --once under KEY that
+succeeded: when, by which locksmith (host:pid), under which token. status
+reads them all in one step and changes nothing. It exits 0
 whether the lock is free or held, and 69 if Redis cannot be read or holds
 something at these keys that locksmith did not write.
 
 --json prints one object, such as
-  {"key":"backup","redis_key":"locksmith:backup","held":true,"token":"9f...","ttl_ms":27514}
+  {"key":"backup","redis_key":"locksmith:backup","held":true,"token":"9f...","ttl_ms":27514,"queued":1}
 or, after a run --once --fencing under KEY has succeeded,
   {"key":"report:2026-11-30","redis_key":"locksmith:report:2026-11-30","held":false,
    "fence":1796005500123456,"done":{"completed_at":"2026-11-30T02:25:03Z","by":"db1:4242","token":"3c..."}}
 (on one line). token and ttl_ms are absent when the lock is free, and
 ttl_ms is -1 for a key that has no expiry (one not set by locksmith);
-fence and done are absent when there are none.
+fence, done and queued are absent when there are none.
 
 Flags:
 

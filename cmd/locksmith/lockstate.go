@@ -31,6 +31,10 @@ type lockState struct {
 	// Done is the record of a run --once that succeeded; absent when
 	// there is none. release does not read it.
 	Done *doneState `json:"done,omitempty"`
+	// Queued is the number of waiters queued for a handoff of the lock
+	// (about one per waiting process; not counted on Redis Cluster);
+	// absent when there are none. release does not read it.
+	Queued int `json:"queued,omitempty"`
 }
 
 // doneState is the record run --once keeps of a success.
@@ -42,7 +46,7 @@ type doneState struct {
 
 // newLockState returns the state that Inspect read for the lock c names.
 func newLockState(c *connFlags, s locksmith.LockStatus) lockState {
-	st := lockState{Key: c.key, RedisKey: c.prefix + c.key, Fence: s.Fence}
+	st := lockState{Key: c.key, RedisKey: c.prefix + c.key, Fence: s.Fence, Queued: s.Queued}
 	if s.Held {
 		ms := int64(-1)
 		if s.TTL >= 0 {
@@ -94,12 +98,20 @@ func (st lockState) name() string {
 }
 
 // describe returns st in words, for a person: one line on the lock, and
-// one each on the fencing token and the record of a success, if any. now
+// one each on the waiters queued for it, the fencing token and the record
+// of a success, if any. now
 // is the time to tell the record's age by.
 func (st lockState) describe(now time.Time) string {
 	lines := []string{st.name() + " is free"}
 	if st.Held {
 		lines[0] = fmt.Sprintf("%s is held by token %q, %s", st.name(), st.Token, st.remaining())
+	}
+	switch st.Queued {
+	case 0:
+	case 1:
+		lines = append(lines, "1 waiter queued for it")
+	default:
+		lines = append(lines, fmt.Sprintf("%d waiters queued for it", st.Queued))
 	}
 	if st.Fence != 0 {
 		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))

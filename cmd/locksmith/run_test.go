@@ -213,6 +213,14 @@ func TestRunWait(t *testing.T) {
 		if exists(dir+"/waiter-ran") || waiter.exited() {
 			t.Fatalf("the waiter did not wait for the holder; stderr %q", waiter.errOut(t))
 		}
+		// status shows it queued for the lock.
+		if st := status(t, url, key); !st.Held || st.Queued != 1 {
+			t.Errorf("status --json while one process waits: %+v, want held, queued 1", st)
+		}
+		if code, stdout, _ := locksmith(t, nil, "status", "--redis", url, "--key", key); code != 0 ||
+			!strings.Contains(stdout, "\n1 waiter queued for it") {
+			t.Errorf("status: exit %d, stdout %q; want the waiter counted", code, stdout)
+		}
 		touch(t, dir+"/finish")
 		holder.expect(t, 0)
 		released := time.Now()

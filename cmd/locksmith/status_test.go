@@ -17,6 +17,7 @@ type statusJSON struct {
 	Token     string `json:"token"`
 	TTLMillis *int64 `json:"ttl_ms"`
 	Fence     int64  `json:"fence"`
+	Queued    int    `json:"queued"`
 	Done      *struct {
 		CompletedAt time.Time `json:"completed_at"`
 		By          string    `json:"by"`
