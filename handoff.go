@@ -44,13 +44,17 @@ import (
 // the lock held by another waiter of the same Locker tells that waiter to
 // try, which returns the lock to it if it missed the announcement.
 //
-// Quorums, locks that wait for replicas (WithReplicas) and Redis Cluster
-// are not queued: a handoff could neither reach a majority in one step
-// nor wait for the replicas, and on a cluster a script that names the
-// queue key, which usually does not exist, is refused (TRYAGAIN) while the
-// slot migrates, which must not make releases fail. Their waiters are
-// woken by the announcement of a plain release and try, as notify.go
-// describes.
+// On Redis Cluster, scripts that name the queue go to the master of the
+// lock's slot through that master's own client, and fall back to scripts
+// over the lock key alone (a release without a handoff, an attempt without
+// queueing) when the cluster refuses them: while a slot migrates, a
+// script naming a key that does not exist (the queue mostly does not) is
+// refused with TRYAGAIN (see scriptStore.queueClient).
+//
+// Quorums and locks that wait for replicas (WithReplicas) are not queued:
+// a handoff could neither reach a majority in one step nor wait for the
+// replicas. Their waiters are woken by the announcement of a plain release
+// and try, as notify.go describes.
 
 // Lifetimes of handoff queue entries.
 const (

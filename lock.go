@@ -179,9 +179,9 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 }
 
 // queues reports whether waiters with cfg are queued for handoffs (see
-// handoff.go): not on a quorum, with WithReplicas, or on Redis Cluster.
+// handoff.go): not on a quorum, or with WithReplicas.
 func (l *Locker) queues(cfg *config) bool {
-	return !l.quorum && cfg.replicas == 0 && !l.notify.sharded
+	return !l.quorum && cfg.replicas == 0
 }
 
 // wait makes waiter w's attempts until it obtains the lock, the strategy

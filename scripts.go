@@ -194,7 +194,16 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 // handoff when the lock is taken.
 func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquireRes, error) {
 	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
-	v, err := obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS, entry, queueEntryLifeMS).Result()
+	c, err := s.queueClient(ctx, req.keys[0])
+	var v any
+	if err == nil {
+		v, err = obtainScript.Run(ctx, c, req.keys, req.token, req.ttlMS, entry, queueEntryLifeMS).Result()
+	}
+	if s.sharded && clusterRefused(err) {
+		// Try without queueing, through the cluster client.
+		req.queue = false
+		return s.acquire(ctx, req)
+	}
 	if err != nil {
 		return acquireRes{}, err
 	}
@@ -290,29 +299,71 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 }
 
 func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	res, err := releaseScript.Run(ctx, s.client, s.releaseKeys(ref), ref.token, ref.channel).Int64()
-	return res == 1, err
+	return s.releaseQueued(ctx, ref)
 }
 
 func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
-	if s.sharded {
-		return s.release(ctx, ref)
+	return s.releaseQueued(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
+}
+
+// releaseQueued runs the release script over the lock and its handoff
+// queue, with args after the token and channel. If Redis Cluster refuses
+// it, it releases the lock alone, without a handoff (and without
+// withdrawing an entry, which then lapses).
+func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args ...any) (bool, error) {
+	c, err := s.queueClient(ctx, ref.keys[0])
+	var res int64
+	if err == nil {
+		res, err = releaseScript.Run(ctx, c, ref.keys, append([]any{ref.token, ref.channel}, args...)...).Int64()
 	}
-	entry := queueEntry(ttlMS, ref.fenced(), ref.token.(string))
-	res, err := releaseScript.Run(ctx, s.client, ref.keys, ref.token, ref.channel, entry).Int64()
+	if s.sharded && clusterRefused(err) {
+		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel).Int64()
+	}
 	return res == 1, err
 }
 
-// releaseKeys returns the keys a release of ref passes to the script. On
-// Redis Cluster that is the lock key alone, without the handoff queue: a
-// script with several keys is refused (TRYAGAIN) while their slot
-// migrates, and a release must not fail then. So waiters are not queued
-// there (see Locker.queues).
-func (s scriptStore) releaseKeys(ref lockRef) []string {
-	if s.sharded {
-		return ref.keys[:1]
+// queueClient returns the client for scripts that name a lock's handoff
+// queue: s.client, or on Redis Cluster the client of the master that owns
+// key's slot. The cluster client must not send them: while a slot
+// migrates, a script naming a key that does not exist (the queue mostly
+// does not) is refused with TRYAGAIN, which the cluster client retries on
+// other nodes and then marks the master as failing. The master's own
+// client returns the refusal, or a redirection once the slot has moved,
+// and the caller falls back to a script over the lock key alone, which
+// the cluster client sends wherever the key is (see clusterRefused).
+func (s scriptStore) queueClient(ctx context.Context, key string) (redis.Scripter, error) {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return s.client, nil
 	}
-	return ref.keys
+	master, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoMaster, err)
+	}
+	return master, nil
+}
+
+// errNoMaster marks a failure to find the master of a slot.
+var errNoMaster = errors.New("no master for the lock's slot")
+
+// clusterRefused reports whether err is Redis Cluster refusing a script
+// sent to a slot's master by its own client: the slot is migrating
+// (TRYAGAIN, ASK), has moved (MOVED), or its master is unknown. A script
+// over the lock key alone, through the cluster client, then follows the
+// key.
+func clusterRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, errNoMaster) {
+		return true
+	}
+	for _, p := range []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {

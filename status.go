@@ -39,9 +39,8 @@ type LockStatus struct {
 	// there is none: the job has not completed, or its record expired.
 	Done *Completion
 	// Queued is the number of waiters queued for a handoff of the lock:
-	// about one per Locker with Obtain calls waiting for it. Waiters on
-	// Redis Cluster, on a quorum or with WithReplicas are not queued, and
-	// not counted.
+	// about one per Locker with Obtain calls waiting for it. Waiters on a
+	// quorum or with WithReplicas are not queued, and not counted.
 	Queued int
 }
 

@@ -149,11 +149,10 @@ const statusIntro = `Usage: locksmith status [flags] --key KEY [--json]
 
 Show whether the lock KEY is free or held, and if it is held the holder's
 token and the time left before it expires unless renewed; how many
-waiters (run --wait, about one per process) are queued for it, except on
-Redis Cluster, where waiters are not queued; the last fencing token issued
-for KEY (by run --fencing); and the record of a run --once under KEY that
-succeeded: when, by which locksmith (host:pid), under which token. status
-reads them all in one step and changes nothing. It exits 0
+waiters (run --wait, about one per process) are queued for it; the last
+fencing token issued for KEY (by run --fencing); and the record of a run
+--once under KEY that succeeded: when, by which locksmith (host:pid),
+under which token. status reads them all in one step and changes nothing. It exits 0
 whether the lock is free or held, and 69 if Redis cannot be read or holds
 something at these keys that locksmith did not write.
 

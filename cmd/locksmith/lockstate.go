@@ -32,8 +32,8 @@ type lockState struct {
 	// there is none. release does not read it.
 	Done *doneState `json:"done,omitempty"`
 	// Queued is the number of waiters queued for a handoff of the lock
-	// (about one per waiting process; not counted on Redis Cluster);
-	// absent when there are none. release does not read it.
+	// (about one per waiting process); absent when there are none.
+	// release does not read it.
 	Queued int `json:"queued,omitempty"`
 }
 
