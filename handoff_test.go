@@ -748,3 +748,41 @@ func TestHandoffAfterLongWaitRefreshes(t *testing.T) {
 		require.NoError(t, res.lk.Release(ctx))
 	})
 }
+
+// TestHandoffLeaseRenewsInTime checks that the lease of a lock handed over
+// after a wait, whose validity counts from the waiter's first attempt and
+// so starts shorter than a fresh lock's, renews before that validity runs
+// out, also with a renewal interval longer than what is left of it.
+func TestHandoffLeaseRenewsInTime(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		const ttl = time.Second
+		holder := holdLong(t, b.client(t), key)
+
+		l := locksmith.New(b.client(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(800*time.Millisecond))
+		called := time.Now()
+		got := obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
+		waitQueued(t, raw, key, 1)
+		// Less than half the TTL: the waiter does not refresh the lock
+		// it is handed, which has about 600ms of validity left.
+		time.Sleep(time.Until(called.Add(400 * time.Millisecond)))
+		require.NoError(t, holder.Release(ctx))
+		res := receive(t, got, "waiter")
+		require.NoError(t, res.err)
+		lk := res.lk
+		require.True(t, lk.Deadline().Before(time.Now().Add(800*time.Millisecond)),
+			"deadline %v: the test needs a handed-over lock with less validity than the renewal interval", lk.Deadline())
+
+		lease := lk.Lease(ctx)
+		// Past the first Deadline and the renewal interval.
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease ended: %v", context.Cause(lease))
+		case <-time.After(1200 * time.Millisecond):
+		}
+		require.True(t, lk.Deadline().After(time.Now()), "the lock was renewed")
+		require.NoError(t, lk.Release(ctx))
+	})
+}

@@ -55,7 +55,10 @@ type leaseState struct {
 //   - when ctx is done.
 //
 // The lock is renewed to its current TTL every third of the TTL, or as set
-// by WithRenewInterval. Renewal stops when ctx is done or the lock is
+// by WithRenewInterval; the first renewal comes sooner when the lock has
+// less validity left than a lock just obtained (a lease started late, or a
+// lock handed over after a wait), so that it is due by the same margin
+// before the Deadline. Renewal stops when ctx is done or the lock is
 // released or lost; Release stops it and waits for it before deleting the
 // lock, so no goroutine outlives the lock. Lease may be called more than
 // once: one renewal serves all the contexts it returns.
@@ -124,7 +127,7 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 		cancel()
 		close(done)
 	}()
-	timer := time.NewTimer(lk.renewInterval())
+	timer := time.NewTimer(lk.untilRenewal())
 	defer timer.Stop()
 	for {
 		select {
@@ -133,14 +136,14 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 		case <-alive.Done():
 			return
 		case <-reschedule:
-			timer.Reset(lk.renewInterval())
+			timer.Reset(lk.untilRenewal())
 			continue
 		case <-timer.C:
 		}
 		err := lk.renewOnce(ctx)
 		switch {
 		case err == nil:
-			timer.Reset(lk.renewInterval())
+			timer.Reset(lk.untilRenewal())
 		case errors.Is(err, ErrNotHeld):
 			lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.key))
 			return
@@ -164,6 +167,19 @@ func (lk *Lock) renewOnce(ctx context.Context) error {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	return lk.refresh(ctx, ttl, lk.cfg.driftFor(ttl))
+}
+
+// untilRenewal returns how long until the next renewal is due: when the
+// lock's remaining validity has fallen to what a lock just obtained keeps
+// after one renewal interval. For a lock just obtained or refreshed that
+// is about one interval; a lock handed over after a wait (see handoff.go)
+// can start with less validity, and renews sooner.
+func (lk *Lock) untilRenewal() time.Duration {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	every := lk.cfg.renewInterval(lk.ttl)
+	validity := lk.ttl - lk.cfg.driftFor(lk.ttl)
+	return max(min(every, time.Until(lk.deadline)-(validity-every)), 0)
 }
 
 func (lk *Lock) renewInterval() time.Duration {
