@@ -132,11 +132,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	}
 	rkey := cfg.prefix + key
 	if _, once := cfg.retry.(noRetry); once {
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
-		if lk == nil && err == nil {
-			err = heldElsewhere(key)
-		}
-		return lk, err
+		return l.tryOnce(ctx, key, rkey, cfg)
 	}
 	// See notify.go for how waiting works, and handoff.go for how a
 	// release hands the lock to a waiter.
@@ -150,11 +146,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 			w := l.notify.join(rkey, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
 			return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
 		}
-		lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
-		if lk == nil && err == nil {
-			err = heldElsewhere(key)
-		}
-		return lk, err
+		return l.tryOnce(ctx, key, rkey, cfg)
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
@@ -176,6 +168,16 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		return nil, heldElsewhere(key)
 	}
 	return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
+}
+
+// tryOnce makes one attempt that does not wait: someone else holding the
+// lock is an error matching ErrNotObtained.
+func (l *Locker) tryOnce(ctx context.Context, key, rkey string, cfg *config) (*Lock, error) {
+	lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
+	if lk == nil && err == nil {
+		err = heldElsewhere(key)
+	}
+	return lk, err
 }
 
 // queues reports whether waiters with cfg are queued for handoffs (see
@@ -284,18 +286,9 @@ func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, 
 // that did not get the lock withdraws from the handoff queue, releasing
 // the lock if it was handed over meanwhile.
 func (l *Locker) leave(ctx context.Context, key, rkey string, cfg *config, w *waiter) {
-	if !l.notify.leave(w) {
-		return
+	if l.notify.leave(w) {
+		deleteIfOwned(ctx, l.newLock(key, rkey, cfg, w.token))
 	}
-	withdraw(ctx, l.newLock(key, rkey, cfg, w.token))
-}
-
-// withdraw takes lk's token out of the handoff queue, and releases the
-// lock if it holds the token, as deleteIfOwned does.
-func withdraw(ctx context.Context, lk *Lock) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
-	defer cancel()
-	_, _ = lk.store.withdraw(ctx, lk.ref, lk.cfg.ttl.Milliseconds())
 }
 
 // holderExpiry returns when a holder whose remaining TTL an attempt
@@ -340,11 +333,7 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 	res, err := l.store.acquire(ctx, req)
 	if err != nil {
 		if mayHaveLanded(err) {
-			if queue {
-				withdraw(ctx, lk)
-			} else {
-				deleteIfOwned(ctx, lk)
-			}
+			deleteIfOwned(ctx, lk)
 		}
 		if ctx.Err() != nil {
 			// The caller gave up mid-call: report it as such, whatever
@@ -377,7 +366,7 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 
 // newLock makes the handle of an acquisition of rkey with token.
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
-	lk := &Lock{store: l.store, key: key, rkey: rkey, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl}
 	lk.keyBuf[0] = rkey
 	lk.ref = lockRef{keys: lk.keyBuf[:1], token: token, channel: noChannel}
 	if l.notify.sharded {
@@ -413,13 +402,15 @@ func mayHaveLanded(err error) bool {
 	return true
 }
 
-// deleteIfOwned removes lk's key if it still holds lk's token, on a
-// context that outlives the caller's cancellation but is bounded in time.
-// Its error is dropped: the lock expires with its TTL anyway.
+// deleteIfOwned releases lk's lock if its key still holds lk's token, and
+// otherwise withdraws lk's token from the handoff queue, where an attempt
+// may have put it; on a context that outlives the caller's cancellation
+// but is bounded in time. Its error is dropped: the lock expires with its
+// TTL anyway, and a queue entry lapses.
 func deleteIfOwned(ctx context.Context, lk *Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
 	defer cancel()
-	_, _ = lk.store.release(ctx, lk.ref)
+	_, _ = lk.store.withdraw(ctx, lk.ref, lk.cfg.ttl.Milliseconds())
 }
 
 // WithLock obtains the lock on key (following the options, retry strategy
@@ -503,7 +494,6 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 type Lock struct {
 	store store
 	key   string // as the caller gave it
-	rkey  string // prefix+key
 	token string
 	fence int64 // 0 without fencing
 	cfg   config

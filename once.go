@@ -215,7 +215,7 @@ func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, strin
 // written nothing, when the lock had expired or been taken.
 func (lk *Lock) complete(ctx context.Context, st onceStore, doneKey, record string, retention time.Duration) error {
 	return lk.finish(ctx, "record completion of", func(ctx context.Context, lk *Lock) (bool, error) {
-		return st.complete(ctx, lk.rkey, lk.token, doneKey, record, retention)
+		return st.complete(ctx, lk.ref.keys[0], lk.token, doneKey, record, retention)
 	})
 }
 
