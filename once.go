@@ -215,7 +215,7 @@ func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, strin
 // written nothing, when the lock had expired or been taken.
 func (lk *Lock) complete(ctx context.Context, st onceStore, doneKey, record string, retention time.Duration) error {
 	return lk.finish(ctx, "record completion of", func(ctx context.Context, lk *Lock) (bool, error) {
-		return st.complete(ctx, lk.ref.keys[0], lk.token, doneKey, record, retention)
+		return st.complete(ctx, lk.ref, doneKey, record, retention)
 	})
 }
 
@@ -224,11 +224,11 @@ func (lk *Lock) complete(ctx context.Context, st onceStore, doneKey, record stri
 type onceStore interface {
 	// record returns the value of the record at doneKey, if there is one.
 	record(ctx context.Context, doneKey string) (value string, ok bool, err error)
-	// complete sets doneKey to record with the retention, deletes rkey
-	// and announces the release to waiters, in one step, if rkey holds
-	// token; it reports whether it did. A resent call whose first delivery
-	// did it reports true.
-	complete(ctx context.Context, rkey, token, doneKey, record string, retention time.Duration) (bool, error)
+	// complete sets doneKey to record with the retention, deletes ref's
+	// lock and announces the release to waiters, in one step, if the lock
+	// holds ref's token; it reports whether it did. A resent call whose
+	// first delivery did it reports true.
+	complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error)
 }
 
 var _ onceStore = scriptStore{}
@@ -241,8 +241,8 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 	return v, err == nil, err
 }
 
-func (s scriptStore) complete(ctx context.Context, rkey, token, doneKey, record string, retention time.Duration) (bool, error) {
-	res, err := completeScript.Run(ctx, s.client, []string{rkey, doneKey}, token, record, retention.Milliseconds(),
-		releaseChannel(rkey, s.sharded), s.publish()).Int64()
+func (s scriptStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
+	res, err := completeScript.Run(ctx, s.client, []string{ref.keys[0], doneKey}, ref.token, record, retention.Milliseconds(),
+		ref.channel).Int64()
 	return res == 1, err
 }

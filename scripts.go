@@ -141,13 +141,6 @@ func newScriptStore(client redis.UniversalClient) scriptStore {
 	return scriptStore{client: client, sharded: isSharded(client)}
 }
 
-// publish returns the command that announces a release.
-func (s scriptStore) publish() string {
-	if s.sharded {
-		return "spublish"
-	}
-	return "publish"
-}
 
 var _ store = scriptStore{}
 
