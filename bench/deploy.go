@@ -107,9 +107,7 @@ func (b snapshot) sub(a snapshot) counters {
 		return sum
 	}
 	for i := range b {
-		d := b[i].sub(a[i])
-		sum.reads += d.reads
-		sum.calls += d.calls
+		sum.add(b[i].sub(a[i]))
 	}
 	return sum
 }

@@ -256,15 +256,9 @@ func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
 
 func (h smithHeld) release(ctx context.Context) error { return h.lk.Release(ctx) }
 
+// close closes the clients. A Locker has nothing to close: it drops its
+// pub/sub connection by itself once no call waits.
 func (l *smithLocker) close() {
-	// A Locker may own resources (a subscription for release
-	// notifications); close them if it says how.
-	switch c := any(l.locker).(type) {
-	case interface{ Close() error }:
-		_ = c.Close()
-	case interface{ Close() }:
-		c.Close()
-	}
 	for _, c := range l.clients {
 		_ = c.Close()
 	}

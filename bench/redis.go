@@ -158,6 +158,11 @@ type counters struct {
 	calls int64
 }
 
+func (c *counters) add(o counters) {
+	c.reads += o.reads
+	c.calls += o.calls
+}
+
 // readCounters takes one INFO snapshot. The INFO call itself shows up as
 // one read in its own snapshot and as one call in the next one: see sub.
 func readCounters(ctx context.Context, c *redis.Client) (counters, error) {

@@ -39,30 +39,50 @@ type bench struct {
 	hold        time.Duration // how long a contended worker holds the lock
 }
 
-// A result is one library's figures for one scenario, over the measured
-// window only.
-type result struct {
-	lib     lib
-	elapsed time.Duration
+// A tally is what the workers count in the measured window. A result
+// sums the tallies of its workers, and of its rounds.
+type tally struct {
 	// ops counts Obtain+Release cycles, or acquisitions when contended.
 	ops int64
-	// lat is the cycle latency, or when contended the handoff gap.
-	lat     *hist
-	mallocs uint64
-	server  counters // sent to the deployment in the window, summed over its servers
 	// Contended only.
-	perWorker   []int64
-	same        int64 // acquisitions by the goroutine that released just before
-	sameOf      int64 // acquisitions that had a previous holder
-	violations  int64
+	same        int64         // acquisitions by the goroutine that released just before
+	sameOf      int64         // acquisitions that had a previous holder
 	unmatched   int64         // gaps not measured: the previous release was not yet recorded
 	nonPositive int64         // gaps <= 0: the next Obtain returned before the Release did
 	holdSum     time.Duration // time actually held (the hold sleep overshoots)
 	releaseSum  time.Duration // time spent in Release calls
 	// Obtain calls that gave up inside the window (retry budget spent),
-	// and failures of any other kind, with the first one's text.
-	gaveUp   int64
-	errs     int64
+	// and failures of any other kind.
+	gaveUp int64
+	errs   int64
+}
+
+func (t *tally) add(o *tally) {
+	t.ops += o.ops
+	t.same += o.same
+	t.sameOf += o.sameOf
+	t.unmatched += o.unmatched
+	t.nonPositive += o.nonPositive
+	t.holdSum += o.holdSum
+	t.releaseSum += o.releaseSum
+	t.gaveUp += o.gaveUp
+	t.errs += o.errs
+}
+
+// A result is one library's figures for one scenario, over the measured
+// window only.
+type result struct {
+	lib     lib
+	elapsed time.Duration
+	tally
+	// lat is the cycle latency, or when contended the handoff gap.
+	lat     *hist
+	mallocs uint64
+	server  counters // sent to the deployment in the window, summed over its servers
+	// Contended only.
+	perWorker  []int64
+	violations int64
+	// firstErr is the text of the first failure counted in errs.
 	firstErr string
 	// err is set when the run itself failed; the figures are then void.
 	err error
@@ -70,12 +90,9 @@ type result struct {
 
 // workerStats is one worker's share of a result; merged after the run.
 type workerStats struct {
-	lat                          hist
-	ops, same, sameOf, unmatched int64
-	nonPositive                  int64
-	holdSum, releaseSum          time.Duration
-	gaveUp, errs                 int64
-	firstErr                     error
+	tally
+	lat      hist
+	firstErr error
 }
 
 func (st *workerStats) fail(err error) {
@@ -211,16 +228,8 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	res.violations = c.violations.Load()
 	for i := range stats {
 		st := &stats[i]
+		res.tally.add(&st.tally)
 		res.lat.merge(&st.lat)
-		res.ops += st.ops
-		res.same += st.same
-		res.sameOf += st.sameOf
-		res.unmatched += st.unmatched
-		res.nonPositive += st.nonPositive
-		res.holdSum += st.holdSum
-		res.releaseSum += st.releaseSum
-		res.gaveUp += st.gaveUp
-		res.errs += st.errs
 		if st.firstErr != nil && res.firstErr == "" {
 			res.firstErr = st.firstErr.Error()
 		}
@@ -391,25 +400,16 @@ func (r *result) add(o *result) *result {
 	}
 	r.err = errors.Join(r.err, o.err)
 	r.elapsed += o.elapsed
-	r.ops += o.ops
+	r.tally.add(&o.tally)
 	r.lat.merge(o.lat)
 	r.mallocs += o.mallocs
-	r.server.reads += o.server.reads
-	r.server.calls += o.server.calls
+	r.server.add(o.server)
 	for i, n := range o.perWorker {
 		if i < len(r.perWorker) {
 			r.perWorker[i] += n
 		}
 	}
-	r.same += o.same
-	r.sameOf += o.sameOf
 	r.violations += o.violations
-	r.unmatched += o.unmatched
-	r.nonPositive += o.nonPositive
-	r.holdSum += o.holdSum
-	r.releaseSum += o.releaseSum
-	r.gaveUp += o.gaveUp
-	r.errs += o.errs
 	if r.firstErr == "" {
 		r.firstErr = o.firstErr
 	}

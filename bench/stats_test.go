@@ -7,14 +7,22 @@ import (
 	"time"
 )
 
+// TestHistQuantiles records into two hists and merges them, as a run
+// merges its workers', and checks the quantiles against the exact ones.
 func TestHistQuantiles(t *testing.T) {
-	var h hist
+	rng := rand.New(rand.NewPCG(1, 2))
+	var h, other hist
 	var all []time.Duration
-	for range 100000 {
-		d := time.Duration(rand.ExpFloat64() * float64(200*time.Microsecond))
-		h.record(d)
+	for i := range 100000 {
+		d := time.Duration(rng.ExpFloat64() * float64(200*time.Microsecond))
+		if i%3 == 0 {
+			other.record(d)
+		} else {
+			h.record(d)
+		}
 		all = append(all, d)
 	}
+	h.merge(&other)
 	slices.Sort(all)
 	for _, q := range []float64{0.01, 0.5, 0.9, 0.99, 1} {
 		want := all[int(q*float64(len(all)))-1]
@@ -26,13 +34,44 @@ func TestHistQuantiles(t *testing.T) {
 	if h.max != all[len(all)-1] {
 		t.Errorf("max = %v, want %v", h.max, all[len(all)-1])
 	}
+	if got := new(hist).quantile(0.5); got != -1 {
+		t.Errorf("empty quantile(0.5) = %v, want -1", got)
+	}
+	// The middle of 1000ns's bucket is 1004ns; a quantile never exceeds
+	// the max.
+	var one hist
+	one.record(1000)
+	if got := one.quantile(0.5); got != 1000 {
+		t.Errorf("quantile(0.5) of {1000ns} = %v, want 1000ns", got)
+	}
 }
 
-func TestHistBucketsRoundTrip(t *testing.T) {
-	for _, v := range []uint64{0, 1, 127, 128, 129, 255, 256, 1000, 1 << 40, 1<<63 - 1} {
-		mid := bucketMid(bucketOf(v))
-		if bucketOf(mid) != bucketOf(v) {
+// TestHistBuckets checks the bound the quantiles rely on: a value below
+// histSub is its own bucket, and any other is within 1/128 of its bucket's
+// middle.
+func TestHistBuckets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	values := []uint64{0, 1, 127, 128, 129, 191, 192, 255, 256, 1000, 1 << 40, 1<<63 - 1}
+	for range 10000 {
+		values = append(values, rng.Uint64N(1<<63)>>rng.UintN(63))
+	}
+	for _, v := range values {
+		i := bucketOf(v)
+		if i < 0 || i >= histBuckets {
+			t.Fatalf("bucketOf(%d) = %d, want in [0, %d)", v, i, histBuckets)
+		}
+		mid := bucketMid(i)
+		if bucketOf(mid) != i {
 			t.Errorf("bucketMid(bucketOf(%d)) = %d is in another bucket", v, mid)
+		}
+		if v < histSub {
+			if mid != v {
+				t.Errorf("bucketMid(bucketOf(%d)) = %d, want exact", v, mid)
+			}
+			continue
+		}
+		if diff := max(mid, v) - min(mid, v); diff > v/128 {
+			t.Errorf("bucketMid(bucketOf(%d)) = %d, off by %d, more than 1/128", v, mid, diff)
 		}
 	}
 }
