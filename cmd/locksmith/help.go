@@ -152,9 +152,9 @@ token and the time left before it expires unless renewed; how many
 waiters (run --wait, about one per process) are queued for it; the last
 fencing token issued for KEY (by run --fencing); and the record of a run
 --once under KEY that succeeded: when, by which locksmith (host:pid),
-under which token. status reads them all in one step and changes nothing. It exits 0
-whether the lock is free or held, and 69 if Redis cannot be read or holds
-something at these keys that locksmith did not write.
+under which token. status reads them all in one step and changes nothing.
+It exits 0 whether the lock is free or held, and 69 if Redis cannot be
+read or holds something at these keys that locksmith did not write.
 
 --json prints one object, such as
   {"key":"backup","redis_key":"locksmith:backup","held":true,"token":"9f...","ttl_ms":27514,"queued":1}

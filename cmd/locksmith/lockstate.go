@@ -48,11 +48,7 @@ type doneState struct {
 func newLockState(c *connFlags, s locksmith.LockStatus) lockState {
 	st := lockState{Key: c.key, RedisKey: c.prefix + c.key, Fence: s.Fence, Queued: s.Queued}
 	if s.Held {
-		ms := int64(-1)
-		if s.TTL >= 0 {
-			ms = s.TTL.Milliseconds()
-		}
-		st.Held, st.Token, st.TTLMillis = true, s.Token, &ms
+		st.setHeld(s.Token, s.TTL)
 	}
 	if d := s.Done; d != nil {
 		st.Done = &doneState{CompletedAt: d.At, By: d.By, Token: d.Token}
@@ -84,12 +80,18 @@ func deleteLock(ctx context.Context, client *redis.Client, c *connFlags) (lockSt
 	case err != nil:
 		return st, err
 	}
+	st.setHeld(token, pttl.Val())
+	return st, nil
+}
+
+// setHeld records that the lock is held by token, with ttl left; a
+// negative ttl means the key has no expiry.
+func (st *lockState) setHeld(token string, ttl time.Duration) {
 	ms := int64(-1)
-	if d := pttl.Val(); d >= 0 {
-		ms = d.Milliseconds()
+	if ttl >= 0 {
+		ms = ttl.Milliseconds()
 	}
 	st.Held, st.Token, st.TTLMillis = true, token, &ms
-	return st, nil
 }
 
 // name names the lock in messages.
@@ -99,8 +101,7 @@ func (st lockState) name() string {
 
 // describe returns st in words, for a person: one line on the lock, and
 // one each on the waiters queued for it, the fencing token and the record
-// of a success, if any. now
-// is the time to tell the record's age by.
+// of a success, if any. now is the time to tell the record's age by.
 func (st lockState) describe(now time.Time) string {
 	lines := []string{st.name() + " is free"}
 	if st.Held {

@@ -202,8 +202,7 @@ func (r *runner) run() int {
 	job := func(lease context.Context) error {
 		called = true
 		if sig := interrupt.stop(); sig != nil {
-			r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
-			o = outcome{status: exitSignal + signalNumber(sig)}
+			o = outcome{status: r.interrupted(sig)}
 			return errCommandFailed
 		}
 		o = r.supervise(locksmith.LockFromContext(lease), lease)
@@ -253,8 +252,7 @@ func (r *runner) run() int {
 func (r *runner) notRun(err error, sig os.Signal) int {
 	switch {
 	case sig != nil:
-		r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
-		return exitSignal + signalNumber(sig)
+		return r.interrupted(sig)
 	case err == nil:
 		// Only Once returns nil without calling the job: it is done.
 		r.errorf("%s; not running %q", r.doneText(), r.command[0])
@@ -273,6 +271,13 @@ func (r *runner) notRun(err error, sig os.Signal) int {
 		r.errorf("cannot obtain lock %q from Redis at %s, not running %q: %s", r.flags.key, r.addr, r.command[0], errText(err))
 		return exitRedis
 	}
+}
+
+// interrupted reports that sig came while the lock was being obtained, so
+// that COMMAND is not run, and returns the exit status.
+func (r *runner) interrupted(sig os.Signal) int {
+	r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
+	return exitSignal + signalNumber(sig)
 }
 
 // skipped returns the exit status of a run that skipped COMMAND: status,
@@ -308,7 +313,10 @@ func (r *runner) notRecorded(o outcome) string {
 
 // withoutErr returns err without target: nil if err is target, or the
 // other errors if err joins target to them, as WithLock and Once join
-// their release error to the job's.
+// their release error to the job's. It compares by identity on purpose,
+// and looks only at the top-level join: target is the very value the job
+// returned, which the library passes on unwrapped, whereas errors.Is would
+// also match a join that merely contains it and drop the release error.
 func withoutErr(err, target error) error {
 	if err == target {
 		return nil
@@ -392,15 +400,9 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 		return outcome{status: exitCannotRun}
 	}
 
-	var grace *time.Timer // from the SIGTERM sent on loss to the SIGKILL
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
 	var (
 		leaseDone = lease.Done()
-		graceDone <-chan time.Time
+		graceDone <-chan time.Time // from the SIGTERM sent on loss to the SIGKILL
 		stopped   bool
 	)
 	for {
@@ -420,8 +422,7 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 			r.errorf("lost lock %q while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
 				r.flags.key, r.command[0], lostText(context.Cause(lease)), r.flags.grace)
 			r.kill(c, syscall.SIGTERM)
-			grace = time.NewTimer(r.flags.grace)
-			graceDone = grace.C
+			graceDone = time.After(r.flags.grace)
 		case <-graceDone:
 			graceDone = nil
 			r.errorf("%q still running %v after SIGTERM; sending SIGKILL", r.command[0], r.flags.grace)

@@ -213,10 +213,13 @@ func TestRunWait(t *testing.T) {
 		if exists(dir+"/waiter-ran") || waiter.exited() {
 			t.Fatalf("the waiter did not wait for the holder; stderr %q", waiter.errOut(t))
 		}
-		// status shows it queued for the lock.
-		if st := status(t, url, key); !st.Held || st.Queued != 1 {
-			t.Errorf("status --json while one process waits: %+v, want held, queued 1", st)
-		}
+		// status shows it queued for the lock, once it has queued: on a
+		// busy machine that may take longer than the second above.
+		var st statusJSON
+		eventually(t, 20*time.Second, func() bool {
+			st = status(t, url, key)
+			return st.Held && st.Queued == 1
+		}, "status --json while one process waits: %+v, want held, queued 1", &st)
 		if code, stdout, _ := locksmith(t, nil, "status", "--redis", url, "--key", key); code != 0 ||
 			!strings.Contains(stdout, "\n1 waiter queued for it") {
 			t.Errorf("status: exit %d, stdout %q; want the waiter counted", code, stdout)

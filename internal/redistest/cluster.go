@@ -136,7 +136,7 @@ func startClusterNode(dir string, opts []string) (*Server, error) {
 	}
 	var errs []error
 	for range 3 {
-		bus, err := loopbackPort()
+		bus, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -199,8 +199,9 @@ func (c *Cluster) waitFormed(ctx context.Context, masters, replicasPerMaster int
 	})
 }
 
-// Stop stops every node, by pid, and removes the cluster's files if
-// SharedCluster created them. It is safe to call more than once.
+// Stop stops every node, by pid, and waits for them. It is safe to call
+// more than once. (StopSharedCluster also removes the files of the cluster
+// SharedCluster started.)
 func (c *Cluster) Stop() {
 	var wg sync.WaitGroup
 	for _, s := range c.Nodes {
@@ -516,14 +517,4 @@ func poll(ctx context.Context, what string, check func() error) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// loopbackPort returns a port that was free on 127.0.0.1 a moment ago.
-func loopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

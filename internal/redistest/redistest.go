@@ -46,9 +46,8 @@ type Server struct {
 	dir  string
 	args []string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd  // nil while stopped
-	waitCh chan error // receives the exit of cmd
+	mu   sync.Mutex
+	proc *process // nil while stopped
 }
 
 // Required reports whether RequireEnv asks for a real Redis.
@@ -129,25 +128,18 @@ func Start(dir string, extra ...string) (*Server, error) {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
+	if s.proc != nil {
 		return errors.New("already running")
 	}
-	cmd := exec.Command("redis-server", s.args...)
-	// Never leave a server behind if the test binary dies.
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	p, err := startProcess(exec.Command("redis-server", s.args...))
+	if err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	if err := waitReady(s.Addr, s.Password, exited); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
+	if err := waitReady(s.Addr, s.Password, p); err != nil {
+		p.stop(syscall.SIGKILL)
 		return fmt.Errorf("redis-server on %s: %w (log: %s)", s.Addr, err, s.logTail())
 	}
-	s.cmd = cmd
-	// The waiting goroutine is reaped by Stop or Kill through wait.
-	s.waitCh = exited
+	s.proc = p
 	return nil
 }
 
@@ -161,17 +153,11 @@ func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 func (s *Server) signal(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(sig)
-	select {
-	case <-s.waitCh:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.waitCh
-	}
-	s.cmd, s.waitCh = nil, nil
+	s.proc.stop(sig)
+	s.proc = nil
 }
 
 // Restart stops the server and starts it again, empty, on the same address.
@@ -184,10 +170,10 @@ func (s *Server) Restart() error {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.cmd.Process.Pid
 }
 
 // Client returns a new client of the server, closed when t ends. Each call
@@ -218,6 +204,7 @@ func (s *Server) logTail() string {
 	return b.String()
 }
 
+// freePort returns a port that was free on 127.0.0.1 a moment ago.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -241,9 +228,8 @@ func requirePass(args []string) string {
 }
 
 // waitReady polls addr with PING, authenticated with password if it is
-// not empty, until it answers PONG, the process exits, or startTimeout
-// passes.
-func waitReady(addr, password string, exited <-chan error) error {
+// not empty, until it answers PONG, p exits, or startTimeout passes.
+func waitReady(addr, password string, p *process) error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for {
@@ -251,8 +237,8 @@ func waitReady(addr, password string, exited <-chan error) error {
 			return nil
 		}
 		select {
-		case err := <-exited:
-			return fmt.Errorf("exited before answering: %v", err)
+		case <-p.exited:
+			return fmt.Errorf("exited before answering: %v", p.err)
 		case <-ctx.Done():
 			return errors.New("no answer to PING")
 		case <-time.After(10 * time.Millisecond):

@@ -30,3 +30,13 @@ func TestRequirePass(t *testing.T) {
 		t.Errorf("PING after a restart: %v", err)
 	}
 }
+
+// A server that exits before answering, here on an unknown option, makes
+// Start return an error rather than hang.
+func TestStartServerExits(t *testing.T) {
+	redistest.Require(t)
+	_, err := redistest.Start(t.TempDir(), "--no-such-option", "x")
+	if err == nil || !strings.Contains(err.Error(), "exited before answering") {
+		t.Errorf("Start with an unknown option: %v, want an error saying the server exited", err)
+	}
+}

@@ -112,9 +112,9 @@ func StartSentinel(dir string) (*Sentinel, error) {
 	return s, nil
 }
 
-// Stop stops the sentinels and the servers, by pid, and removes the
-// deployment's files if SharedSentinel created them. It is safe to call
-// more than once.
+// Stop stops the sentinels and the servers, by pid, and waits for them.
+// It is safe to call more than once. (StopSharedSentinel also removes the
+// files of the deployment SharedSentinel started.)
 func (s *Sentinel) Stop() {
 	var wg sync.WaitGroup
 	for _, p := range s.sentinels {
@@ -423,9 +423,8 @@ func fields(v any) map[string]string {
 // needs a configuration file it can rewrite, named as the first argument,
 // which Start cannot give it.
 type sentinelProc struct {
-	addr   string
-	cmd    *exec.Cmd
-	exited chan error
+	addr string
+	proc *process // nil once stopped
 }
 
 // startSentinel starts a sentinel, whose files live in dir, on a free
@@ -440,7 +439,7 @@ func startSentinel(dir, masterAddr string) (*sentinelProc, error) {
 	}
 	var errs []error
 	for range 3 {
-		port, err := loopbackPort()
+		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -458,17 +457,16 @@ sentinel parallel-syncs %[4]s 1
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			return nil, err
 		}
-		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), exited: make(chan error, 1)}
-		p.cmd = exec.Command("redis-server", conf, "--sentinel")
-		p.cmd.SysProcAttr = sysProcAttr()
+		cmd := exec.Command("redis-server", conf, "--sentinel")
 		// Errors in the configuration go to the output, not the log.
 		var output bytes.Buffer
-		p.cmd.Stdout, p.cmd.Stderr = &output, &output
-		if err := p.cmd.Start(); err != nil {
+		cmd.Stdout, cmd.Stderr = &output, &output
+		proc, err := startProcess(cmd)
+		if err != nil {
 			return nil, fmt.Errorf("start sentinel: %w", err)
 		}
-		go func() { p.exited <- p.cmd.Wait() }()
-		if err := p.waitReady(); err != nil {
+		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), proc: proc}
+		if err := waitReady(p.addr, "", proc); err != nil {
 			p.stop()
 			log, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
 			errs = append(errs, fmt.Errorf("sentinel on %s: %w (output: %s; log: %s)", p.addr, err, tail(output.String()), tail(string(log))))
@@ -479,40 +477,13 @@ sentinel parallel-syncs %[4]s 1
 	return nil, errors.Join(errs...)
 }
 
-// waitReady waits until the sentinel answers PING, for at most 10s.
-func (p *sentinelProc) waitReady() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: p.addr, Protocol: 2, PoolSize: 1, MaxRetries: -1})
-	defer c.Close()
-	for {
-		if c.Ping(ctx).Err() == nil {
-			return nil
-		}
-		select {
-		case err := <-p.exited:
-			p.exited <- err // for stop
-			return fmt.Errorf("exited before answering: %v", err)
-		case <-ctx.Done():
-			return errors.New("no answer to PING")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
 // stop terminates the sentinel, by pid, and waits for it.
 func (p *sentinelProc) stop() {
-	if p.cmd == nil {
+	if p.proc == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-	p.cmd = nil
+	p.proc.stop(syscall.SIGTERM)
+	p.proc = nil
 }
 
 // tail returns the end of a log, short enough for an error message.
