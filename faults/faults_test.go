@@ -18,7 +18,6 @@ import (
 
 	"github.com/locksmith-go/locksmith"
 	"github.com/locksmith-go/locksmith/faults"
-	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
 var (
@@ -73,7 +72,7 @@ type run struct {
 
 func newRun() *run {
 	clock := faults.NewClock()
-	hist := faults.NewHistory(clock)
+	hist := new(faults.History)
 	return &run{clock: clock, hist: hist, store: faults.NewStore(clock, hist)}
 }
 
@@ -164,18 +163,12 @@ func newProxy(t *testing.T, target string) *faults.Proxy {
 	return p
 }
 
-// newServer starts a redis-server for t.
 // fencedLocker returns a Locker on its own client of addr that takes
 // fencing tokens, with the TTL and further options, as the scenarios'
 // holders use.
 func fencedLocker(t *testing.T, addr string, ttl time.Duration, opts ...locksmith.Option) *locksmith.Locker {
 	t.Helper()
 	return locksmith.New(newClient(t, addr), append([]locksmith.Option{locksmith.WithFencing(), locksmith.WithTTL(ttl)}, opts...)...)
-}
-
-func newServer(t *testing.T) *redistest.Server {
-	t.Helper()
-	return redistest.New(t)
 }
 
 // outcome classifies the result of Obtain.

@@ -77,22 +77,12 @@ type Recorder interface {
 	Record(op Op)
 }
 
-// A History is the record of one fault run. It is safe for concurrent
-// use.
+// A History is the record of one fault run. The zero History is empty and
+// ready to use. A History is safe for concurrent use.
 type History struct {
-	clock Clock
-
-	mu  sync.Mutex
+	mu  sync.Mutex // guards ops
 	ops []Op
 }
-
-// NewHistory returns an empty history timed by clock.
-func NewHistory(clock Clock) *History {
-	return &History{clock: clock}
-}
-
-// Clock returns the history's clock.
-func (h *History) Clock() Clock { return h.clock }
 
 // Record adds op to the history.
 func (h *History) Record(op Op) {

@@ -167,7 +167,7 @@ func TestHistoryRecordsOnOneClock(t *testing.T) {
 	other := faults.ClockFrom(clock.Base())
 	require.InDelta(t, clock.Now(), other.Now(), float64(time.Millisecond))
 
-	h := faults.NewHistory(clock)
+	h := new(faults.History)
 	h.Record(faults.Op{Kind: faults.KindFault, Detail: "x", Call: 1, Return: 2})
 	path := filepath.Join(t.TempDir(), "h.jsonl")
 	require.NoError(t, h.WriteJSON(path))

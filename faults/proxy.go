@@ -5,7 +5,9 @@ package faults
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -129,10 +131,7 @@ func (p *Proxy) Heal() {
 // It returns how many connections it reset.
 func (p *Proxy) Reset() int {
 	p.mu.Lock()
-	links := make([]*link, 0, len(p.links))
-	for l := range p.links {
-		links = append(links, l)
-	}
+	links := slices.Collect(maps.Keys(p.links))
 	p.mu.Unlock()
 	for _, l := range links {
 		p.teardown(l, true)
@@ -166,10 +165,7 @@ func (p *Proxy) Conns() int {
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
-	links := make([]*link, 0, len(p.links))
-	for l := range p.links {
-		links = append(links, l)
-	}
+	links := slices.Collect(maps.Keys(p.links))
 	p.mu.Unlock()
 	err := p.ln.Close()
 	for _, l := range links {
@@ -257,22 +253,8 @@ func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 				return
 			}
 		}
-		for {
-			p.mu.Lock()
-			healed := p.healed
-			p.mu.Unlock()
-			select {
-			case <-healed:
-			case <-l.done:
-				return
-			}
-			// The blackhole may have come back while this writer woke.
-			p.mu.Lock()
-			again := healed != p.healed
-			p.mu.Unlock()
-			if !again {
-				break
-			}
+		if !p.awaitHealed(l) {
+			return
 		}
 		if p.intercept(l, dir, c.data) {
 			return
@@ -283,6 +265,28 @@ func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 		}
 	}
 	p.teardown(l, false)
+}
+
+// awaitHealed waits until no blackhole is on, and reports false if the
+// link ended first.
+func (p *Proxy) awaitHealed(l *link) bool {
+	for {
+		p.mu.Lock()
+		healed := p.healed
+		p.mu.Unlock()
+		select {
+		case <-healed:
+		case <-l.done:
+			return false
+		}
+		// The blackhole may have come back while this writer woke.
+		p.mu.Lock()
+		again := healed != p.healed
+		p.mu.Unlock()
+		if !again {
+			return true
+		}
+	}
 }
 
 // intercept applies an armed ResetAfterRequest to a chunk about to be

@@ -102,14 +102,21 @@ func roundTrip(c net.Conn, msg string, d time.Duration) (string, error) {
 	return string(buf), err
 }
 
-func TestProxyForwardsAndDelays(t *testing.T) {
+// echoThroughProxy starts an echo server and a proxy to it, and returns
+// them with a connection through the proxy that has made a round trip.
+func echoThroughProxy(t *testing.T) (*echoServer, *faults.Proxy, net.Conn) {
+	t.Helper()
 	echo := newEchoServer(t)
 	p := newProxy(t, echo.ln.Addr().String())
 	c := dial(t, p)
-	got, err := roundTrip(c, "ping", time.Second)
+	got, err := roundTrip(c, "warm", time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "ping", got)
+	require.Equal(t, "warm", got)
+	return echo, p, c
+}
 
+func TestProxyForwardsAndDelays(t *testing.T) {
+	_, p, c := echoThroughProxy(t)
 	for _, dir := range []faults.Direction{faults.ToServer, faults.ToClient} {
 		t.Run(dir.String(), func(t *testing.T) {
 			const delay = 150 * time.Millisecond
@@ -129,14 +136,10 @@ func TestProxyForwardsAndDelays(t *testing.T) {
 }
 
 func TestProxyBlackholeHoldsBytesUntilHealed(t *testing.T) {
-	echo := newEchoServer(t)
-	p := newProxy(t, echo.ln.Addr().String())
-	c := dial(t, p)
-	_, err := roundTrip(c, "warm", time.Second)
-	require.NoError(t, err)
+	echo, p, c := echoThroughProxy(t)
 
 	p.Blackhole(true)
-	_, err = roundTrip(c, "lost?", 200*time.Millisecond)
+	_, err := roundTrip(c, "lost?", 200*time.Millisecond)
 	var ne net.Error
 	require.True(t, errors.As(err, &ne) && ne.Timeout(), "got %v, want a timeout", err)
 	require.NotContains(t, echo.got(), "lost?", "the server got bytes through a blackhole")
@@ -157,14 +160,10 @@ func TestProxyBlackholeHoldsBytesUntilHealed(t *testing.T) {
 }
 
 func TestProxyReset(t *testing.T) {
-	echo := newEchoServer(t)
-	p := newProxy(t, echo.ln.Addr().String())
-	c := dial(t, p)
-	_, err := roundTrip(c, "warm", time.Second)
-	require.NoError(t, err)
+	_, p, c := echoThroughProxy(t)
 	require.Equal(t, 1, p.Reset())
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	_, err = c.Read(make([]byte, 1))
+	_, err := c.Read(make([]byte, 1))
 	require.Error(t, err, "the connection survived a reset")
 	require.False(t, errors.Is(err, os.ErrDeadlineExceeded), "got %v, want a reset", err)
 
@@ -175,14 +174,10 @@ func TestProxyReset(t *testing.T) {
 }
 
 func TestProxyResetAfterRequest(t *testing.T) {
-	echo := newEchoServer(t)
-	p := newProxy(t, echo.ln.Addr().String())
-	c := dial(t, p)
-	_, err := roundTrip(c, "warm", time.Second)
-	require.NoError(t, err)
+	echo, p, c := echoThroughProxy(t)
 
 	fired := p.ResetAfterRequest([]byte("MATCH"))
-	_, err = roundTrip(c, "not this", time.Second)
+	_, err := roundTrip(c, "not this", time.Second)
 	require.NoError(t, err, "a request without the match went through")
 	_, err = roundTrip(c, "the MATCH request", 5*time.Second)
 	require.Error(t, err, "the reply to the matching request arrived")
@@ -200,19 +195,14 @@ func TestProxyResetAfterRequest(t *testing.T) {
 }
 
 func TestProxyCloseEndsConnections(t *testing.T) {
-	echo := newEchoServer(t)
-	p, err := faults.NewProxy(echo.ln.Addr().String())
-	require.NoError(t, err)
-	c := dial(t, p)
-	_, err = roundTrip(c, "warm", time.Second)
-	require.NoError(t, err)
+	_, p, c := echoThroughProxy(t)
 	p.Blackhole(true)
 	_, _ = c.Write([]byte("held"))
 	require.NoError(t, p.Close()) // returns only once every goroutine has
 	require.NoError(t, p.Close())
 	require.Zero(t, p.Conns())
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	_, err = c.Read(make([]byte, 1))
+	_, err := c.Read(make([]byte, 1))
 	require.Error(t, err)
 	_, err = net.Dial("tcp", p.Addr())
 	require.Error(t, err, "a closed proxy accepted a connection")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,7 +63,7 @@ func receive(t *testing.T, ch <-chan obtainResult, d time.Duration) obtainResult
 // its TTL: a waiting worker obtains the lock within TTL + drift + its
 // retry interval of the kill.
 func TestKilledHolderIsReplacedWithinTTL(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	const key, ttl, retry = "killed-holder", time.Second, 50 * time.Millisecond
 	helper := startHelper(t, r, helperConfig{Mode: modeHold, Redis: srv.Addr, Name: "process", Key: key, TTL: ttl})
@@ -78,7 +79,11 @@ func TestKilledHolderIsReplacedWithinTTL(t *testing.T) {
 
 	killed := time.Now()
 	helper.signal(syscall.SIGKILL)
-	require.Error(t, helper.wait(5*time.Second), "the helper was killed")
+	// wait errs too when the helper failed on its own, or ran on until
+	// wait killed it: check that it died of this SIGKILL.
+	var exit *exec.ExitError
+	require.ErrorAs(t, helper.wait(5*time.Second), &exit, "the helper was killed")
+	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
 	r.faultSpan("kill-holder", killed, killed, false)
 	// A dead process believes nothing: its window ends when it dies.
 	obtained := r.firstOp(t, func(op faults.Op) bool {
@@ -103,7 +108,7 @@ func TestKilledHolderIsReplacedWithinTTL(t *testing.T) {
 // with the old fence is rejected once the new holder has written, even
 // while it still believes it holds the lock.
 func TestRedisRestartedEmptyWhileHeld(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	ctx := t.Context()
 	const key, ttl, renew = "restart", 5 * time.Second, 300 * time.Millisecond
@@ -150,7 +155,7 @@ func TestRedisRestartedEmptyWhileHeld(t *testing.T) {
 // expire: the old and the new holder's windows never overlap, and the old
 // holder's renewals, delivered after the partition heals, change nothing.
 func TestBlackholedHolderStopsBeforeExpiry(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	p := newProxy(t, srv.Addr)
 	r := newRun()
 	ctx := t.Context()
@@ -211,7 +216,7 @@ func TestBlackholedHolderStopsBeforeExpiry(t *testing.T) {
 // store rejects every one of those writes, since the new holder has
 // written in between.
 func TestPausedHolderProcessWritesAreRejected(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	ss, err := r.store.Serve()
 	require.NoError(t, err)
@@ -266,7 +271,7 @@ func TestPausedHolderProcessWritesAreRejected(t *testing.T) {
 // The reply to an acquire delayed past the lock's validity is not a
 // success: Obtain returns ErrLockLost and leaves no lock behind.
 func TestLateAcquireReplyIsNotSuccess(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	raw := newClient(t, srv.Addr)
 	cases := []struct {
 		name       string
@@ -287,8 +292,7 @@ func TestLateAcquireReplyIsNotSuccess(t *testing.T) {
 			p := newProxy(t, srv.Addr)
 			r := newRun()
 			key := fmt.Sprintf("late-reply-%d", i)
-			c := newClient(t, p.Addr())
-			l := locksmith.New(c, append([]locksmith.Option{locksmith.WithFencing(), locksmith.WithTTL(tc.ttl)}, tc.opts...)...)
+			l := fencedLocker(t, p.Addr(), tc.ttl, tc.opts...)
 			// Load the scripts and open the connection first, so that
 			// the acquire is one round trip.
 			warm, err := l.Obtain(ctx, key+"-warm-up")
@@ -327,7 +331,7 @@ func TestLateAcquireReplyIsNotSuccess(t *testing.T) {
 // worker gets the lock only after the stall; the windows do not overlap
 // and the old holder's later write is rejected.
 func stallScenario(t *testing.T, kind string, stallFor time.Duration, stall func(ctx context.Context, admin *redis.Client) error) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	ctx := t.Context()
 	const key, ttl, renew = "stall", 500 * time.Millisecond, 100 * time.Millisecond
@@ -404,7 +408,7 @@ func TestDebugSleepPastTTL(t *testing.T) {
 // SCRIPT FLUSH is invisible to callers: go-redis answers NOSCRIPT with
 // EVAL, so the lease keeps renewing and new locks are obtained.
 func TestScriptFlushIsInvisible(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	ctx := t.Context()
 	const key, ttl, renew = "script-flush", 500 * time.Millisecond, 50 * time.Millisecond
@@ -440,7 +444,7 @@ func TestScriptFlushIsInvisible(t *testing.T) {
 // a held lock's lease ends at its Deadline, and Release reports that Redis
 // could not answer; once Redis is back, locking works again.
 func TestRedisDown(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	ctx := t.Context()
 	const key, ttl, renew = "down", 500 * time.Millisecond, 100 * time.Millisecond
@@ -506,7 +510,7 @@ func TestRedisDown(t *testing.T) {
 // network error when it does not, and a second Release then reports
 // ErrNotHeld. Another client obtains the lock at once.
 func TestDroppedConnectionMidRelease(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	raw := newClient(t, srv.Addr)
 	cases := []struct {
 		name     string
@@ -543,6 +547,7 @@ func TestDroppedConnectionMidRelease(t *testing.T) {
 					stop = time.Now()
 					return nil
 				})
+				require.NotNil(t, h, "WithLock did not run its function: %v", err)
 				h.end(stop, "released")
 				a.recordRelease(key, stop, time.Now(), err)
 				// WithLock's documentation promises ErrLockLost only for
@@ -652,7 +657,7 @@ func TestFailoverToLaggingReplicaIsFencedOff(t *testing.T) {
 // stuck in the same wait. Either way the lease ended at the Deadline, and
 // Release reports that Redis did not answer, not ErrNotHeld.
 func TestReleaseDuringPartition(t *testing.T) {
-	srv := newServer(t)
+	srv := redistest.New(t)
 	for _, contextTimeouts := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", contextTimeouts), func(t *testing.T) {
 			ctx := t.Context()

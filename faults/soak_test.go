@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
 // TestSoak runs workers (goroutines and a helper process, each reaching
@@ -39,7 +40,7 @@ func TestSoak(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo+1))) }
 
-	srv := newServer(t)
+	srv := redistest.New(t)
 	r := newRun()
 	ss, err := r.store.Serve()
 	require.NoError(t, err)

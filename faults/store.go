@@ -47,13 +47,6 @@ func (s *Store) Write(key, holder string, fence int64) (bool, error) {
 	return accepted, nil
 }
 
-// Highest returns the highest fence the store has accepted for key.
-func (s *Store) Highest(key string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.highest[key]
-}
-
 // writeRequest and writeReply are the wire format of a StoreServer: one
 // JSON object a line each way.
 type (
@@ -73,7 +66,7 @@ type StoreServer struct {
 	ln    net.Listener
 	wg    sync.WaitGroup
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards conns and closed
 	conns  map[net.Conn]struct{}
 	closed bool
 }
