@@ -141,7 +141,6 @@ func newScriptStore(client redis.UniversalClient) scriptStore {
 	return scriptStore{client: client, sharded: isSharded(client)}
 }
 
-
 var _ store = scriptStore{}
 
 func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
