@@ -45,11 +45,7 @@ func BenchmarkUncontended(b *testing.B) {
 		l := locksmith.New(srv.Client(b))
 		b.ReportAllocs()
 		for b.Loop() {
-			lk, err := l.Obtain(ctx, "bench:locksmith")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lk.Release(ctx); err != nil {
+			if err := obtainRelease(ctx, l, "bench:locksmith"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -65,12 +61,7 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		key := fmt.Sprintf("bench:distinct:%d", seq.Add(1))
 		for pb.Next() {
-			lk, err := l.Obtain(ctx, key)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := lk.Release(ctx); err != nil {
+			if err := obtainRelease(ctx, l, key); err != nil {
 				b.Error(err)
 				return
 			}
@@ -90,12 +81,7 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					lk, err := l.Obtain(ctx, "bench:contended")
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := lk.Release(ctx); err != nil {
+					if err := obtainRelease(ctx, l, "bench:contended"); err != nil {
 						b.Error(err)
 						return
 					}
@@ -103,4 +89,13 @@ func BenchmarkContended(b *testing.B) {
 			})
 		})
 	}
+}
+
+// obtainRelease takes the lock on key and gives it back.
+func obtainRelease(ctx context.Context, l *locksmith.Locker, key string) error {
+	lk, err := l.Obtain(ctx, key)
+	if err != nil {
+		return err
+	}
+	return lk.Release(ctx)
 }

@@ -2,6 +2,7 @@ package locksmith_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,7 +110,7 @@ func TestClusterFencingAndOnceInAnySlot(t *testing.T) {
 	ctx := t.Context()
 	prefix := uniqueKey(t) + ":"
 	l := locksmith.New(cl.Client(t), locksmith.WithPrefix(prefix), locksmith.WithFencing())
-	keys := []string{"report:2026-11-30", "{order:42}:ship", "a{b", "{{a}}", "x{y}z{w}", "{", "a}b", "a{}b", "x}{y", "}"}
+	keys := slices.Clone(braceKeys)
 	for _, k := range keyOnEachMaster(t, cl, prefix+"job") {
 		keys = append(keys, strings.TrimPrefix(k, prefix))
 	}
@@ -127,17 +128,30 @@ func TestClusterFencingAndOnceInAnySlot(t *testing.T) {
 			last = lk.Fence()
 			require.NoError(t, lk.Release(ctx), "key %q", key)
 		}
-		var calls int
-		for range 2 {
-			_, err := l.Once(ctx, key, func(context.Context) error { calls++; return nil })
-			require.NoError(t, err, "key %q", key)
-		}
-		require.Equal(t, 1, calls, "key %q", key)
-		_, ok, err := l.Done(ctx, key)
-		require.NoError(t, err, "key %q", key)
-		require.True(t, ok, "key %q", key)
+		requireOnceRunsOnce(t, l, key)
 	}
 	require.Len(t, masters, 3, "the keys must reach every master")
+}
+
+// braceKeys are lock keys with and without a hash tag; the last four have
+// no tag but a '}', so no tag can name their slot: their companion keys get
+// a suffix forced into it.
+var braceKeys = []string{"report:2026-11-30", "{order:42}:ship", "a{b", "{{a}}", "x{y}z{w}", "{", "a}b", "a{}b", "x}{y", "}"}
+
+// requireOnceRunsOnce runs a job twice on key with l.Once, and checks that
+// it ran once and left a completion record.
+func requireOnceRunsOnce(t *testing.T, l *locksmith.Locker, key string) {
+	t.Helper()
+	ctx := t.Context()
+	var calls int
+	for range 2 {
+		_, err := l.Once(ctx, key, func(context.Context) error { calls++; return nil })
+		require.NoError(t, err, "key %q", key)
+	}
+	require.Equal(t, 1, calls, "key %q", key)
+	_, ok, err := l.Done(ctx, key)
+	require.NoError(t, err, "key %q", key)
+	require.True(t, ok, "key %q", key)
 }
 
 // TestClusterWaitersWokenByRelease has one Locker wait for locks on every
@@ -223,6 +237,16 @@ func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
 	return stats
 }
 
+// slotOf returns the slot of key in cl, and the master that serves it.
+func slotOf(t *testing.T, cl *redistest.Cluster, key string) (int, *redistest.Server) {
+	t.Helper()
+	slot, err := cl.Keyslot(t.Context(), key)
+	require.NoError(t, err)
+	owner, err := cl.SlotOwner(t.Context(), slot)
+	require.NoError(t, err)
+	return slot, owner
+}
+
 // otherMaster returns a master of cl other than m.
 func otherMaster(t *testing.T, cl *redistest.Cluster, m *redistest.Server) *redistest.Server {
 	t.Helper()
@@ -246,10 +270,7 @@ func TestClusterLiveResharding(t *testing.T) {
 	// others carry keyA as their tag.
 	keyA := uniqueKey(t)
 	keyB, keyC := "{"+keyA+"}:b", "{"+keyA+"}:c"
-	slot, err := cl.Keyslot(ctx, keyA)
-	require.NoError(t, err)
-	from, err := cl.SlotOwner(ctx, slot)
-	require.NoError(t, err)
+	slot, from := slotOf(t, cl, keyA)
 	to := otherMaster(t, cl, from)
 	newLocker := func() *locksmith.Locker { return locksmith.New(cl.Client(t)) }
 
@@ -305,9 +326,11 @@ func TestClusterLiveResharding(t *testing.T) {
 	start := time.Now()
 	err = cl.MigrateSlot(ctx, slot, to, 1500*time.Millisecond)
 	close(migrated)
+	// Wait for the contention, which reports to t, before anything can end
+	// the test.
+	total := <-contention
 	require.NoError(t, err)
 	t.Logf("slot %d moved from %s to %s in %v", slot, from.Addr, to.Addr, time.Since(start))
-	total := <-contention
 	t.Logf("contention on %q during the migration: %d acquisitions in %d rounds", keyC, total[0], total[2])
 	require.Zero(t, total[1], "locks held twice during the migration")
 
@@ -355,18 +378,16 @@ func TestClusterWaiterWokenAfterSlotMoved(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	key := uniqueKey(t)
-	slot, err := cl.Keyslot(ctx, key)
-	require.NoError(t, err)
-	from, err := cl.SlotOwner(ctx, slot)
-	require.NoError(t, err)
+	slot, from := slotOf(t, cl, key)
 	holder, err := locksmith.New(cl.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 
+	waiter := locksmith.New(cl.Client(t))
 	got := make(chan error, 1)
 	wctx, cancelWait := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelWait()
 	go func() {
-		lk, err := locksmith.New(cl.Client(t)).Obtain(wctx, key, locksmith.WithRetry(forever))
+		lk, err := waiter.Obtain(wctx, key, locksmith.WithRetry(forever))
 		if err == nil {
 			err = lk.Release(ctx)
 		}
@@ -408,8 +429,8 @@ func TestClusterWithReplicasWaitsForTheLocksOwnReplica(t *testing.T) {
 	asleep := make(chan error, 1)
 	go func() { asleep <- sleeper.Do(context.WithoutCancel(ctx), "debug", "sleep", 1).Err() }()
 	awake := sync.OnceValue(func() error { return <-asleep })
-	defer awake()                      // leave no replica asleep for the next test, even on failure
-	time.Sleep(100 * time.Millisecond) // let it fall asleep
+	defer awake() // leave no replica asleep for the next test, even on failure
+	waitAsleep(t, replicas[0])
 	// A few times in a row, as a client may pick the node for a keyless
 	// command in turn.
 	for range 3 {
@@ -435,10 +456,7 @@ func TestClusterMultiKeyScriptsDuringMigration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	base := uniqueKey(t)
-	slot, err := cl.Keyslot(ctx, base)
-	require.NoError(t, err)
-	from, err := cl.SlotOwner(ctx, slot)
-	require.NoError(t, err)
+	slot, from := slotOf(t, cl, base)
 	to := otherMaster(t, cl, from)
 	l := locksmith.New(cl.Client(t), locksmith.WithFencing())
 	// A first acquisition creates the fence counter, so that the slot

@@ -246,6 +246,21 @@ func eventually(t *testing.T, d time.Duration, cond func() bool, msg string, arg
 	}
 }
 
+// waitAsleep waits until srv stops answering, as it does once it runs a
+// DEBUG SLEEP sent by another client: a PING on a connection of its own
+// gets no reply within 20ms.
+func waitAsleep(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	opt := srv.Options()
+	opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+	probe := newClient(t, opt, nil)
+	eventually(t, 5*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		return probe.Ping(ctx).Err() != nil
+	}, "%s did not fall asleep", srv.Addr)
+}
+
 // contend runs perLocker goroutines on each Locker, each taking the lock
 // on key rounds times with WithLock and holding it for hold, and returns
 // how many acquisitions there were and how many of them overlapped

@@ -89,17 +89,14 @@ func TestObtainRetryWinsAfterRelease(t *testing.T) {
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
 
-		released := make(chan struct{})
+		released := make(chan error, 1)
 		go func() {
 			time.Sleep(30 * time.Millisecond)
-			if err := lk.Release(context.Background()); err != nil {
-				t.Errorf("release: %v", err)
-			}
-			close(released)
+			released <- lk.Release(context.Background())
 		}()
 		waiter, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
+		require.NoError(t, <-released, "the holder's Release")
 		require.NoError(t, err)
-		<-released
 		require.NoError(t, waiter.Release(ctx))
 	})
 }
@@ -415,7 +412,7 @@ func TestObtainCancelledMidCallLeavesNoLock(t *testing.T) {
 
 	sleeping := make(chan error, 1)
 	go func() { sleeping <- raw.Do(ctx, "DEBUG", "SLEEP", "0.3").Err() }()
-	time.Sleep(50 * time.Millisecond)
+	waitAsleep(t, srv)
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	_, err = l.Obtain(cctx, key)

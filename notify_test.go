@@ -31,11 +31,12 @@ func requireWokenByRelease(t *testing.T, newLocker func() *locksmith.Locker, key
 	ctx := t.Context()
 	holder, err := newLocker().Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
+	waiter := newLocker()
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		lk, err := newLocker().Obtain(wctx, key, locksmith.WithRetry(forever))
+		lk, err := waiter.Obtain(wctx, key, locksmith.WithRetry(forever))
 		if err == nil {
 			err = lk.Release(ctx)
 		}
@@ -233,11 +234,12 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 	holder, err := locksmith.New(srv.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 
+	waiter := locksmith.New(srv.Client(t))
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		lk, err := locksmith.New(srv.Client(t)).Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+		lk, err := waiter.Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
 		if err == nil {
 			err = lk.Release(ctx)
 		}

@@ -43,10 +43,12 @@ func TestInspect(t *testing.T) {
 
 		// A waiter of another Locker is queued for a handoff, and counted
 		// until it gives up.
+		waiter := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:"))
 		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		waited := make(chan error, 1)
 		go func() {
-			_, err := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:")).Obtain(wctx, key, locksmith.WithRetry(forever))
+			_, err := waiter.Obtain(wctx, key, locksmith.WithRetry(forever))
 			waited <- err
 		}()
 		eventually(t, 5*time.Second, func() bool { return inspect().Queued == 1 }, "one waiter queued")
@@ -197,7 +199,7 @@ func TestInspectOnCluster(t *testing.T) {
 	ctx := t.Context()
 	cc := redistest.SharedCluster(t).Client(t)
 
-	l := locksmith.New(cc, locksmith.WithPrefix("p:"), locksmith.WithFencing())
+	l := locksmith.New(cc, locksmith.WithPrefix(uniqueKey(t)+":"), locksmith.WithFencing())
 	for _, key := range []string{"report:2026-11-30", "{order:42}:ship", "a}b", "a{}b"} {
 		_, err := l.Once(ctx, key, func(context.Context) error { return nil })
 		require.NoError(t, err, "key %q", key)
