@@ -4,20 +4,27 @@
 -- handoff try, and find the record), in the same step.
 -- KEYS[1]: the lock key. KEYS[2]: the completion record's key, in the same
 -- cluster slot. ARGV[1]: the caller's token. ARGV[2]: the record.
--- ARGV[3]: how long to keep the record, in ms. ARGV[4]: on Redis Cluster,
--- the sharded channel to announce on, in the key's slot; elsewhere empty,
--- and the channel is named after the key.
--- Returns 1 when the record was written and the lock deleted, including
+-- ARGV[3]: how long to keep the record, in ms. ARGV[4]: the release
+-- channel. ARGV[5]: the command that announces on it, PUBLISH or, on
+-- Redis Cluster, SPUBLISH.
+--
+-- Redis does not undo a script that fails halfway, so the lock is deleted
+-- first: if writing the record is refused, the lock is released all the
+-- same (and announced) and nothing is recorded; the script returns the
+-- refusal, and the next run does the job again. Under maxmemory the delete (which Redis
+-- never refuses for memory) lets the record be written. A refused
+-- announcement (no rights on the channel) is ignored; waiters poll.
+-- Returns 1 when the lock was deleted and the record written, including
 -- when an earlier delivery of this same call did it (a client that resends
 -- a command after a dropped connection must not be told that its lock was
--- lost); 0, writing nothing, when the lock is absent or holds another token.
+-- lost); 0, writing nothing, when the lock is absent or holds another
+-- token.
 if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3])
   redis.call('del', KEYS[1])
-  if ARGV[4] ~= '' then
-    redis.call('spublish', ARGV[4], '')
-  else
-    redis.call('publish', 'locksmith:released:' .. KEYS[1], '')
+  local written = redis.pcall('set', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  redis.pcall(ARGV[5], ARGV[4], '')
+  if type(written) == 'table' and written.err then
+    return redis.error_reply(written.err)
   end
   return 1
 end

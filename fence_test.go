@@ -29,7 +29,7 @@ func TestFencesIncrease(t *testing.T) {
 			require.NoError(t, lk.Release(ctx))
 		}
 		// The counter shares the lock's slot and never expires.
-		counter := "{" + key + "}:fence"
+		counter := names(t, "", key).Fence
 		require.Equal(t, time.Duration(-1), raw.TTL(ctx, counter).Val())
 
 		// Without fencing, no token and no counter.
@@ -37,7 +37,7 @@ func TestFencesIncrease(t *testing.T) {
 		lk, err := locksmith.New(b.client(t)).Obtain(ctx, plain)
 		require.NoError(t, err)
 		require.Zero(t, lk.Fence())
-		require.Zero(t, raw.Exists(ctx, "{"+plain+"}:fence").Val())
+		require.Zero(t, raw.Exists(ctx, names(t, "", plain).Fence).Val())
 		require.NoError(t, lk.Release(ctx))
 
 		// A per-call option turns it on.
@@ -80,7 +80,7 @@ func TestResentFencedAcquireKeepsItsFence(t *testing.T) {
 		lk, err := l.Obtain(ctx, key)
 		f.resend.Store(false)
 		require.NoError(t, err)
-		counter, err := raw.Get(ctx, "{"+key+"}:fence").Int64()
+		counter, err := raw.Get(ctx, names(t, "", key).Fence).Int64()
 		require.NoError(t, err)
 		require.Equal(t, counter, lk.Fence(), "the resend must report the fence the first delivery took")
 		require.NoError(t, lk.Release(ctx))

@@ -60,7 +60,6 @@ import (
 const (
 	queueEntryLife  = 5 * time.Second
 	queueEntryRenew = 2 * time.Second
-	queueSuffix     = ":queue"
 )
 
 // queueEntryLifeMS is queueEntryLife as the acquire script takes it.

@@ -19,13 +19,9 @@ import (
 // The tests of direct handoff (see handoff.go) look at the handoff queue
 // and the release announcements from outside, with a client of their own.
 
-// queueKey returns the handoff queue of the lock stored at rkey, for the
-// keys these tests use: with a hash tag, or without braces.
-func queueKey(rkey string) string {
-	if strings.Contains(rkey, "{") {
-		return rkey + ":queue"
-	}
-	return "{" + rkey + "}:queue"
+// queueKey returns the handoff queue of the lock on key, without a prefix.
+func queueKey(key string) string {
+	return plainNames(key).Queue
 }
 
 // entryToken returns the token of a handoff queue entry,
@@ -150,7 +146,7 @@ func receive(t *testing.T, got <-chan obtained, what string) obtained {
 // and returns once the subscription is confirmed.
 func subscribeReleases(t *testing.T, raw *redis.Client, rkey string) *redis.PubSub {
 	t.Helper()
-	ps := raw.Subscribe(t.Context(), "locksmith:released:"+rkey)
+	ps := raw.Subscribe(t.Context(), names(t, "", rkey).Channel)
 	t.Cleanup(func() { _ = ps.Close() })
 	msg, err := ps.ReceiveTimeout(t.Context(), 5*time.Second)
 	require.NoError(t, err)
@@ -258,7 +254,7 @@ func TestHandoffTakesNextFence(t *testing.T) {
 		require.NoError(t, res.err)
 		lk := res.lk
 		require.Greater(t, lk.Fence(), holder.Fence(), "the handed-over lock's fence")
-		counter, err := raw.Get(ctx, "{"+key+"}:fence").Int64()
+		counter, err := raw.Get(ctx, names(t, "", key).Fence).Int64()
 		require.NoError(t, err)
 		require.Equal(t, counter, lk.Fence(), "the handoff took the counter's next value")
 		require.Equal(t, fmt.Sprintf("10000 %d %s", lk.Fence(), lk.Token()), nextAnnouncement(t, announced))
@@ -526,7 +522,7 @@ func TestHandoffMissedAnnouncement(t *testing.T) {
 	res := receive(t, got, "waiter")
 	require.NoError(t, res.err)
 	require.Equal(t, token, res.lk.Token())
-	fence, err := raw.Get(ctx, "{"+key+"}:fence").Int64()
+	fence, err := raw.Get(ctx, names(t, "", key).Fence).Int64()
 	require.NoError(t, err)
 	require.Equal(t, fence, res.lk.Fence(), "the fence the handoff took")
 	require.Greater(t, res.lk.Fence(), holder.Fence())
@@ -619,7 +615,7 @@ func TestHandoffSkipsFencedEntryWithoutCounter(t *testing.T) {
 		res := receive(t, got, "fenced waiter")
 		require.NoError(t, res.err)
 		require.Positive(t, res.lk.Fence())
-		fence, err := raw.Get(ctx, "{"+key+"}:fence").Int64()
+		fence, err := raw.Get(ctx, names(t, "", key).Fence).Int64()
 		require.NoError(t, err)
 		require.Equal(t, fence, res.lk.Fence())
 		require.NoError(t, res.lk.Release(ctx))

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	// many on purpose.
 	redis.SetLogger(quietLogger{})
 	code := m.Run()
+	_ = namerClient.Close()
 	redistest.StopShared()
 	redistest.StopSharedCluster()
 	redistest.StopSharedSentinel()
@@ -122,6 +123,33 @@ func warmUp(t *testing.T, l *locksmith.Locker) {
 		t.Fatalf("warm-up Release: %v", err)
 	}
 }
+
+// names returns the Redis names of the lock on key under prefix, as
+// Locker.Keys does.
+func names(t testing.TB, prefix, key string) locksmith.Keys {
+	t.Helper()
+	k, err := namer.Keys(key, locksmith.WithPrefix(prefix))
+	if err != nil {
+		t.Fatalf("Keys(%q, prefix %q): %v", key, prefix, err)
+	}
+	return k
+}
+
+// plainNames is names without a prefix, for keys known to be valid.
+func plainNames(key string) locksmith.Keys {
+	k, err := namer.Keys(key)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// namer is a Locker for names: Keys sends nothing, so its client never
+// connects. TestMain closes the client.
+var (
+	namerClient = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	namer       = locksmith.New(namerClient)
+)
 
 var keySeq atomic.Int64
 

@@ -1,6 +1,107 @@
 package locksmith
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
+
+// The key layout.
+//
+// The lock on key k of a Locker with prefix p is the Redis key p+k,
+// exactly: other clients (the SET NX PX recipe, redis-cli) may lock the
+// same key. Everything else a lock needs, its handoff queue, fence
+// counter, completion record and release channel, is a companion named
+//
+//	p + "~" + kind + ":" + k             when p+k has a hash tag
+//	p + "~" + kind + "#{" + p + k + "}"  when it has none and no '}'
+//	p + "~" + kind + "%" + k + xxxx      otherwise (see forcedCompanion)
+//
+// with kind one of queue, fence, done and released. So every name a lock
+// uses starts with the prefix, and a user scoped to it by an ACL key
+// pattern (~p*) and channel pattern (&p*) can use the whole API; and every
+// companion lives in the lock key's Redis Cluster slot, so that one script
+// may touch them all. Distinct lock names never share a companion: each
+// form is one-to-one, and the character after the kind tells the forms
+// apart. Lock names that start with "~" are refused (ErrInvalidArgument),
+// since they could equal a companion, and prefixes whose braces do not
+// form a whole hash tag are refused, since a companion could then leave
+// the lock key's slot.
+
+// companionMark starts the part of a companion's name after the prefix.
+// Lock names must not start with it.
+const companionMark = "~"
+
+// The kinds of companion a lock has.
+const (
+	queueKind    = "queue"    // the handoff queue: see handoff.go
+	fenceKind    = "fence"    // the fence counter: see WithFencing
+	doneKind     = "done"     // the completion record: see Once
+	releasedKind = "released" // the release channel: see notify.go
+)
+
+// checkKey reports whether key may name a lock.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	case strings.HasPrefix(key, companionMark):
+		return fmt.Errorf("%w: key %q starts with %q, which is reserved for the keys that locksmith keeps beside each lock",
+			ErrInvalidArgument, key, companionMark)
+	}
+	return nil
+}
+
+// checkPrefix reports whether prefix may prefix lock keys: a '{' in it
+// must open a whole hash tag, so that every lock key and its companions
+// take their slot from that tag.
+func checkPrefix(prefix string) error {
+	if strings.IndexByte(prefix, '{') >= 0 && hashTag(prefix) == "" {
+		return fmt.Errorf("%w: prefix %q has a '{' that opens no hash tag; use a whole one, such as {app}:, or no braces",
+			ErrInvalidArgument, prefix)
+	}
+	return nil
+}
+
+// companion returns the name of the companion of kind of the lock on key
+// under prefix, both already checked: see the key layout above.
+func companion(prefix, key, kind string) string {
+	rkey := prefix + key
+	head := prefix + companionMark + kind
+	switch {
+	case hashTag(rkey) != "":
+		// The tag is in the prefix or in the key; the kind inserted
+		// between them has no braces, so it stays the first tag.
+		return head + ":" + key
+	case strings.IndexByte(rkey, '}') < 0:
+		// The braces added here are the first ones closed (the prefix
+		// has no '{', and rkey no '}'), so rkey becomes the tag.
+		return head + "#{" + rkey + "}"
+	}
+	return forcedCompanion(head+"%"+key, rkey)
+}
+
+// forcedCompanion returns base followed by four characters from '0' to
+// '?' (0x30 to 0x3f), the first such name, in order, that Redis Cluster
+// assigns to the slot of rkey, a key without a hash tag. base has no hash
+// tag either, and none of the four characters is a brace, so the whole
+// text decides the slot; the characters vary 16 bits of the checksum's
+// input, which reaches every slot. It is needed only for keys that
+// contain a '}' without forming a tag (such as "a}b"), which no tag can
+// match, and takes at most 65536 short checksums.
+func forcedCompanion(base, rkey string) string {
+	want := crc16(0, rkey) & (clusterSlots - 1)
+	sum := crc16(0, base)
+	var tail [4]byte
+	for n := range 1 << 16 {
+		for i := range tail {
+			tail[i] = '0' + byte(n>>(12-4*i)&0xf)
+		}
+		if crc16(sum, string(tail[:]))&(clusterSlots-1) == want {
+			return base + string(tail[:])
+		}
+	}
+	panic("locksmith: no companion key in the slot of " + rkey) // unreachable: every slot is reached
+}
 
 // hashTag returns the hash tag of a Redis key, following Redis Cluster's
 // rule: the text between the first '{' and the first '}' after it, if that
@@ -17,54 +118,6 @@ func hashTag(key string) string {
 		return ""
 	}
 	return key[open+1 : open+1+n]
-}
-
-// slotKey returns the name of a companion key of rkey, such as a fence
-// counter or a completion record, which must live in the same Redis
-// Cluster slot as rkey so that one script may touch both. suffix must
-// contain no braces.
-//
-// If rkey has a hash tag, the companion is rkey+suffix, which keeps the
-// tag. Otherwise rkey's slot is that of its whole text, and the companion
-// is "{"+rkey+"}"+suffix, whose tag is rkey. That cannot work when rkey is
-// empty or contains a '}' ("a}b", "x}{y", "a{}b"): a tag is not empty and
-// ends at its first '}', so no tag can equal rkey. Such a key gets
-// rkey+suffix followed by four characters chosen so that the whole hashes
-// to rkey's slot (see forcedSlotKey).
-//
-// Different keys get different companions, with one exception: a key k
-// without a tag and the key "{"+k+"}" (its text wrapped in braces) share
-// theirs.
-func slotKey(rkey, suffix string) string {
-	switch {
-	case hashTag(rkey) != "":
-		return rkey + suffix
-	case rkey == "" || strings.Contains(rkey, "}"):
-		return forcedSlotKey(rkey, suffix)
-	}
-	return "{" + rkey + "}" + suffix
-}
-
-// forcedSlotKey returns rkey+suffix followed by four characters from
-// '0' to '?' (0x30 to 0x3f), the first such name, in order, that Redis
-// Cluster assigns to the slot of rkey, a key without a hash tag. The four
-// characters vary 16 bits of the checksum's input, which reaches every
-// slot; the name has no hash tag either, since none of them is a brace.
-// Finding it takes at most 65536 short checksums, a fraction of a
-// millisecond, and is only needed for keys no hash tag can match.
-func forcedSlotKey(rkey, suffix string) string {
-	want := crc16(0, rkey) & (clusterSlots - 1)
-	base := crc16(0, rkey+suffix)
-	var tail [4]byte
-	for n := range 1 << 16 {
-		for i := range tail {
-			tail[i] = '0' + byte(n>>(12-4*i)&0xf)
-		}
-		if crc16(base, string(tail[:]))&(clusterSlots-1) == want {
-			return rkey + suffix + string(tail[:])
-		}
-	}
-	panic("locksmith: no companion key in the slot of " + rkey) // unreachable: every slot is reached
 }
 
 // clusterSlots is the number of Redis Cluster hash slots.
@@ -84,4 +137,44 @@ func crc16(crc uint16, s string) uint16 {
 		}
 	}
 	return crc
+}
+
+// Keys are the names in Redis of one lock and of what locksmith keeps
+// beside it, as Locker.Keys returns them: for an operator's ACL rules,
+// dashboards and scripts. Every name starts with the Locker's prefix, and
+// all live in the lock key's Redis Cluster slot.
+type Keys struct {
+	// Lock is the lock key itself, prefix+key: it holds the holder's
+	// token while the lock is held, and does not exist while it is free.
+	Lock string
+	// Queue is the sorted set of waiters queued for a direct handoff.
+	Queue string
+	// Fence is the fence counter of WithFencing.
+	Fence string
+	// Done is the completion record of Once.
+	Done string
+	// Channel is the pub/sub channel on which releases are announced
+	// (sharded pub/sub on Redis Cluster).
+	Channel string
+}
+
+// Keys returns the Redis names of the lock on key with the options (only
+// the prefix matters), after checking them as Obtain does. It sends
+// nothing to Redis.
+func (l *Locker) Keys(key string, opts ...Option) (Keys, error) {
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		return Keys{}, err
+	}
+	return keysOf(cfg.prefix, key), nil
+}
+
+func keysOf(prefix, key string) Keys {
+	return Keys{
+		Lock:    prefix + key,
+		Queue:   companion(prefix, key, queueKind),
+		Fence:   companion(prefix, key, fenceKind),
+		Done:    companion(prefix, key, doneKind),
+		Channel: companion(prefix, key, releasedKind),
+	}
 }

@@ -1,6 +1,7 @@
 package locksmith
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -99,66 +100,128 @@ func TestSlotKeyHashTag(t *testing.T) {
 	}
 }
 
-func TestSlotKey(t *testing.T) {
-	for _, tc := range []struct{ rkey, want string }{
-		{"report:2026-11-30", "{report:2026-11-30}:done"},
-		{"locksmith:{order:42}:ship", "locksmith:{order:42}:ship:done"},
-		{"a{b", "{a{b}:done"},
-		{"{{a}}", "{{a}}:done"},
-		{"a{b}c{d}", "a{b}c{d}:done"},
+func TestCompanionNames(t *testing.T) {
+	for _, tc := range []struct{ prefix, key, want string }{
+		{"", "report:2026-11-30", "~done#{report:2026-11-30}"},
+		{"locksmith:", "report", "locksmith:~done#{locksmith:report}"},
+		{"locksmith:", "order:{42}:ship", "locksmith:~done:order:{42}:ship"},
+		{"{app}:", "report", "{app}:~done:report"},
+		{"", "a{b", "~done#{a{b}"},
+		{"", "{{a}}", "~done:{{a}}"},
+		{"p:", "a{b}c{d}", "p:~done:a{b}c{d}"},
+		{"", "x", "~done#{x}"},
+		{"", "{x}", "~done:{x}"},
 	} {
-		if got := slotKey(tc.rkey, ":done"); got != tc.want {
-			t.Errorf("slotKey(%q) = %q, want %q", tc.rkey, got, tc.want)
+		if got := companion(tc.prefix, tc.key, doneKind); got != tc.want {
+			t.Errorf("companion(%q, %q) = %q, want %q", tc.prefix, tc.key, got, tc.want)
 		}
 	}
 	// Keys no tag can match get a forced suffix.
-	for _, rkey := range []string{"", "}", "a{}b", "x}{y", "{}a{b}"} {
-		got := slotKey(rkey, ":done")
-		if !strings.HasPrefix(got, rkey+":done") || len(got) != len(rkey)+len(":done")+4 {
-			t.Errorf("slotKey(%q) = %q, want %q and four characters", rkey, got, rkey+":done")
+	for _, key := range []string{"}", "a{}b", "x}{y", "{}a{b}"} {
+		got := companion("p:", key, doneKind)
+		if base := "p:~done%" + key; !strings.HasPrefix(got, base) || len(got) != len(base)+4 {
+			t.Errorf("companion(%q) = %q, want %q and four characters", key, got, base)
 		}
 	}
 }
 
-// TestSlotKeyKeepsSlot checks every key over the alphabet {a, {, }} up to
-// seven characters, and the tricky keys.
-func TestSlotKeyKeepsSlot(t *testing.T) {
-	keys := append([]string(nil), trickyKeys...)
+func TestCheckKeyAndPrefix(t *testing.T) {
+	for _, key := range []string{"", "~", "~queue:x", "~done#{x}"} {
+		if err := checkKey(key); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("checkKey(%q) = %v, want ErrInvalidArgument", key, err)
+		}
+	}
+	for _, key := range []string{"x", "{x}", "a~b", "x~", "}"} {
+		if err := checkKey(key); err != nil {
+			t.Errorf("checkKey(%q) = %v, want nil", key, err)
+		}
+	}
+	for _, prefix := range []string{"{", "a{", "{}", "a{}:", "}{"} {
+		if err := checkPrefix(prefix); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("checkPrefix(%q) = %v, want ErrInvalidArgument", prefix, err)
+		}
+	}
+	for _, prefix := range []string{"", "locksmith:", "{app}:", "}", "a}b", "{a}{", "x{y}z"} {
+		if err := checkPrefix(prefix); err != nil {
+			t.Errorf("checkPrefix(%q) = %v, want nil", prefix, err)
+		}
+	}
+}
+
+// layoutKeys returns every key over the alphabet {a, {, }, ~, #} up to n
+// characters, then the tricky keys and keys shaped like companions, each
+// once.
+func layoutKeys(n int) []string {
+	keys := []string{""}
 	level := []string{""}
-	for range 7 {
+	for range n {
 		var next []string
 		for _, k := range level {
-			for _, c := range []string{"a", "{", "}"} {
+			for _, c := range []string{"a", "{", "}", "~", "#"} {
 				next = append(next, k+c)
 			}
 		}
 		keys = append(keys, next...)
 		level = next
 	}
-	companions := make(map[string]string)
-	for _, rkey := range keys {
-		tag, tagged := redisTag(rkey)
-		if hashTag(rkey) != tag {
-			t.Errorf("hashTag(%q) = %q, want %q", rkey, hashTag(rkey), tag)
+	keys = append(keys, trickyKeys...)
+	keys = append(keys, "queue:x", "~queue:x", "x:~queue", "%a}", "#{a}", ":{a}", "a%}", "queue#{a}", "~done%}1234")
+	seen := make(map[string]bool)
+	unique := keys[:0]
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			unique = append(unique, k)
 		}
-		got := slotKey(rkey, ":done")
-		if _, has := redisTag(got); has != (tagged || !(rkey == "" || strings.Contains(rkey, "}"))) {
-			t.Errorf("slotKey(%q) = %q: hash tag %v", rkey, got, has)
+	}
+	return unique
+}
+
+// TestCompanionLayout checks, for every valid prefix and key over a small
+// alphabet, that every companion starts with the prefix, lives in the lock
+// key's slot, and belongs to one lock only: no two (key, kind) pairs of a
+// prefix share a name, and no lock key equals another lock's companion.
+func TestCompanionLayout(t *testing.T) {
+	prefixes := []string{"", "p:", "}", "{t}:", "a{b}c"}
+	keys := layoutKeys(4)
+	kinds := []string{queueKind, fenceKind, doneKind, releasedKind}
+	for _, prefix := range prefixes {
+		if err := checkPrefix(prefix); err != nil {
+			t.Fatalf("checkPrefix(%q): %v", prefix, err)
 		}
-		if clusterSlot(got) != clusterSlot(rkey) {
-			t.Errorf("slotKey(%q) = %q: slot %d, want %d", rkey, got, clusterSlot(got), clusterSlot(rkey))
+		owner := make(map[string]string) // companion name -> key and kind
+		var lockKeys []string
+		for _, key := range keys {
+			if checkKey(key) != nil {
+				continue
+			}
+			rkey := prefix + key
+			lockKeys = append(lockKeys, rkey)
+			for _, kind := range kinds {
+				got := companion(prefix, key, kind)
+				if !strings.HasPrefix(got, prefix) {
+					t.Errorf("companion(%q, %q, %s) = %q: does not start with the prefix", prefix, key, kind, got)
+				}
+				if clusterSlot(got) != clusterSlot(rkey) {
+					t.Errorf("companion(%q, %q, %s) = %q: slot %d, want %d", prefix, key, kind, got, clusterSlot(got), clusterSlot(rkey))
+				}
+				if other, dup := owner[got]; dup {
+					t.Errorf("companion(%q, %q, %s) = %q, as for %s", prefix, key, kind, got, other)
+				}
+				owner[got] = key + " " + kind
+			}
 		}
-		// The one documented exception: k and "{"+k+"}".
-		if other, dup := companions[got]; dup && other != rkey && rkey != "{"+other+"}" && other != "{"+rkey+"}" {
-			t.Errorf("slotKey(%q) = slotKey(%q) = %q", rkey, other, got)
+		for _, rkey := range lockKeys {
+			if other, dup := owner[rkey]; dup {
+				t.Errorf("lock key %q is the companion of %s", rkey, other)
+			}
 		}
-		companions[got] = rkey
 	}
 }
 
-// TestSlotKeyMatchesRedis asks a real redis-server, in cluster mode, for
+// TestCompanionMatchesRedis asks a real redis-server, in cluster mode, for
 // the slots: CLUSTER KEYSLOT answers only when cluster support is on.
-func TestSlotKeyMatchesRedis(t *testing.T) {
+func TestCompanionMatchesRedis(t *testing.T) {
 	srv := redistest.New(t, "--cluster-enabled", "yes")
 	c := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = c.Close() })
@@ -171,13 +234,21 @@ func TestSlotKeyMatchesRedis(t *testing.T) {
 		}
 		return int(n)
 	}
-	for _, rkey := range trickyKeys {
-		if got, want := clusterSlot(rkey), slot(rkey); got != want {
-			t.Errorf("clusterSlot(%q) = %d, Redis says %d", rkey, got, want)
-		}
-		done := slotKey(rkey, ":done")
-		if got, want := slot(done), slot(rkey); got != want {
-			t.Errorf("slotKey(%q) = %q: Redis puts it in slot %d, the lock key in %d", rkey, done, got, want)
+	for _, prefix := range []string{"", "locksmith:", "{app}:"} {
+		for _, key := range trickyKeys {
+			if checkKey(key) != nil {
+				continue
+			}
+			rkey := prefix + key
+			if got, want := clusterSlot(rkey), slot(rkey); got != want {
+				t.Errorf("clusterSlot(%q) = %d, Redis says %d", rkey, got, want)
+			}
+			for _, kind := range []string{queueKind, doneKind} {
+				name := companion(prefix, key, kind)
+				if got, want := slot(name), slot(rkey); got != want {
+					t.Errorf("companion(%q, %q) = %q: Redis puts it in slot %d, the lock key in %d", prefix, key, name, got, want)
+				}
+			}
 		}
 	}
 }

@@ -13,9 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fenceSuffix names a lock's fence counter after its key: see WithFencing.
-const fenceSuffix = ":fence"
-
 // maxCleanupWait bounds the calls that run after the caller's context may
 // have ended: the best-effort delete after a failed or abandoned Obtain and
 // the release at the end of WithLock.
@@ -70,8 +67,8 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 	if l.err != nil {
 		return config{}, l.err
 	}
-	if key == "" {
-		return config{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	if err := checkKey(key); err != nil {
+		return config{}, err
 	}
 	if len(opts) == 0 {
 		return l.cfg, nil
@@ -137,13 +134,14 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	// See notify.go for how waiting works, and handoff.go for how a
 	// release hands the lock to a waiter.
 	queue := l.queues(cfg)
-	t := l.notify.ticket(rkey)
+	ch := companion(cfg.prefix, key, releasedKind)
+	t := l.notify.ticket(ch)
 	if t.queued {
 		backoff := newBackoff(cfg.retry)
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in, unless the strategy allows no wait.
 		if delay, ok := backoff.Next(); ok {
-			w := l.notify.join(rkey, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
+			w := l.notify.join(ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
 			return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
 		}
 		return l.tryOnce(ctx, key, rkey, cfg)
@@ -160,7 +158,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	if lk != nil || err != nil {
 		return lk, err
 	}
-	w := l.notify.join(rkey, t, res, token, queue, start)
+	w := l.notify.join(ch, t, res, token, queue, start)
 	backoff := newBackoff(cfg.retry)
 	delay, ok := backoff.Next()
 	if !ok {
@@ -368,15 +366,13 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl}
 	lk.keyBuf[0] = rkey
-	lk.ref = lockRef{keys: lk.keyBuf[:1], token: token, channel: noChannel}
-	if l.notify.sharded {
-		lk.ref.channel = releaseChannel(rkey, true)
-	}
+	lk.ref = lockRef{keys: lk.keyBuf[:1], token: token, fenceTTLMS: cfg.fenceTTLMS}
+	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
 	if !l.quorum {
-		lk.keyBuf[1] = slotKey(rkey, queueSuffix)
+		lk.keyBuf[1] = companion(cfg.prefix, key, queueKind)
 		lk.ref.keys = lk.keyBuf[:2]
 		if cfg.fencing {
-			lk.keyBuf[2] = slotKey(rkey, fenceSuffix)
+			lk.keyBuf[2] = companion(cfg.prefix, key, fenceKind)
 			lk.ref.keys = lk.keyBuf[:3]
 		}
 	}
@@ -384,16 +380,20 @@ func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 }
 
 // mayHaveLanded reports whether a command that failed with err may still
-// have been executed by the server. An error reply from Redis means the
-// script did not take the lock, and a failed dial or an exhausted pool
-// means nothing was sent; anything else (timeouts, dropped connections,
-// cancellation mid-call) leaves it unknown.
+// have taken the lock. A script may have failed after its SET (Redis does
+// not undo what a script wrote before an error); an error reply to a
+// single command means it did nothing, and a failed dial or an exhausted
+// pool means nothing was sent; anything else (timeouts, dropped
+// connections, cancellation mid-call) leaves it unknown.
 func mayHaveLanded(err error) bool {
 	var (
 		rerr redis.Error
 		oerr *net.OpError
+		serr scriptError
 	)
 	switch {
+	case errors.As(err, &serr):
+		return true
 	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout):
 		return false
 	case errors.As(err, &oerr) && oerr.Op == "dial":

@@ -65,21 +65,6 @@ const (
 	rivalMemory = time.Second
 )
 
-// releaseChannel returns the channel on which releases of rkey are
-// announced. On Redis Cluster announcements use sharded pub/sub, which
-// reaches only the shard that owns the channel's slot, so the channel is
-// a companion of the key, in its slot; elsewhere release.lua names it
-// after the key itself.
-func releaseChannel(rkey string, sharded bool) string {
-	if sharded {
-		return slotKey(rkey, releasedSuffix)
-	}
-	return "locksmith:released:" + rkey
-}
-
-// releasedSuffix names a lock's sharded release channel after its key.
-const releasedSuffix = ":released"
-
 // isSharded reports whether client is a Redis Cluster client, whose
 // release announcements go through sharded pub/sub.
 func isSharded(client redis.UniversalClient) bool {
@@ -211,27 +196,28 @@ type ticket struct {
 	events  uint64 // the queue's events by then
 }
 
-// ticket returns the state of rkey's queue before an attempt.
-func (n *notifier) ticket(rkey string) ticket {
+// ticket returns the state of the queue of the lock whose releases are
+// announced on ch, before an attempt.
+func (n *notifier) ticket(ch string) ticket {
 	if n.active.Load() == 0 {
 		return ticket{}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	q := n.keys[releaseChannel(rkey, n.sharded)]
+	q := n.keys[ch]
 	if q == nil {
 		return ticket{}
 	}
 	return ticket{queued: len(q.waiters) > 0, existed: true, events: q.events}
 }
 
-// join adds a waiter at the back of rkey's queue. t is the ticket taken
+// join adds a waiter at the back of the queue of the lock whose releases
+// are announced on ch. t is the ticket taken
 // before the waiter's attempt, and res what that attempt learned (a
 // negative holderTTL if it made none). token is the waiter's token, queue
 // whether its attempts queue it for handoffs, and sent when its attempt
 // was sent (zero if it made none).
-func (n *notifier) join(rkey string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
-	ch := releaseChannel(rkey, n.sharded)
+func (n *notifier) join(ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := n.keys[ch]

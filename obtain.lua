@@ -3,9 +3,11 @@
 -- KEYS[1]: the lock key. When queueing: KEYS[2], the handoff queue, and
 -- KEYS[3], with fencing only, the fence counter; otherwise KEYS[2], with
 -- fencing only, the fence counter.
--- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms. ARGV[3], optional:
--- the caller's queue entry (see queueEntry in handoff.go), given only to
--- queue the caller; ARGV[4]: how long the entry stays valid, in ms.
+-- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms. ARGV[3]: how long
+-- the fence counter lives after it was last taken, in ms, or 0 for ever.
+-- ARGV[4], optional: the caller's queue entry (see queueEntry in
+-- handoff.go), given only to queue the caller; ARGV[5]: how long the entry
+-- stays valid, in ms.
 --
 -- Returns, when the caller holds the lock: its fencing token, or 0 without
 -- fencing. That includes the key already holding the caller's token: an
@@ -23,33 +25,43 @@
 -- growing when the counter is lost (a restart without persistence, a
 -- failover to a replica that missed the last increments), as long as the
 -- server's clock does not step back.
+--
+-- Redis does not undo a script that fails halfway, so what could be
+-- refused (TIME, the reads of companion keys) runs before the first write.
+local entry = ARGV[4]
 local fence_key = KEYS[2]
-if ARGV[3] then
+if entry then
   fence_key = KEYS[3]
+end
+local t, last_fence
+if entry or fence_key then
+  t = redis.call('time')
+end
+if fence_key then
+  last_fence = redis.call('get', fence_key)
 end
 
 local function next_fence()
-  local t = redis.call('time')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('get', fence_key) or '0')
-  local fence = math.max(last + 1, now)
-  redis.call('set', fence_key, string.format('%d', fence))
+  local fence = math.max(tonumber(last_fence or '0') + 1, now)
+  if ARGV[3] ~= '0' then
+    redis.call('set', fence_key, string.format('%d', fence), 'PX', ARGV[3])
+  else
+    redis.call('set', fence_key, string.format('%d', fence))
+  end
   return fence
 end
 
 local function won(fresh)
-  if ARGV[3] then
-    redis.call('zrem', KEYS[2], 'a:' .. ARGV[3], 'l:' .. ARGV[3])
+  if entry then
+    redis.call('zrem', KEYS[2], 'a:' .. entry, 'l:' .. entry)
   end
   if not fence_key then
     return 0
   end
-  if not fresh then
+  if not fresh and last_fence then
     -- Nobody can have taken a fence since: it is still ours.
-    local fence = redis.call('get', fence_key)
-    if fence then
-      return tonumber(fence)
-    end
+    return tonumber(last_fence)
   end
   return next_fence()
 end
@@ -62,16 +74,15 @@ if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return won(false)
 end
-if ARGV[3] then
+if entry then
   -- The queue holds two members per entry: 'a:'..entry, scored with when
   -- it arrived (the first time, so that renewing keeps its place), and
   -- 'l:'..entry, scored with minus when it lapses. The queue key itself
   -- lapses with its newest entry.
-  local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('zadd', KEYS[2], 'NX', now, 'a:' .. ARGV[3])
-  redis.call('zadd', KEYS[2], -(now + tonumber(ARGV[4])), 'l:' .. ARGV[3])
-  redis.call('pexpire', KEYS[2], ARGV[4])
+  redis.call('zadd', KEYS[2], 'NX', now, 'a:' .. entry)
+  redis.call('zadd', KEYS[2], -(now + tonumber(ARGV[5])), 'l:' .. entry)
+  redis.call('pexpire', KEYS[2], ARGV[5])
   return {-2 - redis.call('pttl', KEYS[1]), holder}
 end
 return -2 - redis.call('pttl', KEYS[1])

@@ -18,9 +18,6 @@ import (
 // WithDoneTTL option is given.
 const DefaultDoneTTL = 24 * time.Hour
 
-// doneSuffix names a completion record after its lock key: see Once.
-const doneSuffix = ":done"
-
 var (
 	//go:embed complete.lua
 	completeSrc    string
@@ -115,13 +112,8 @@ var errAlreadyDone = errors.New("locksmith: already done")
 // answer; if the final script failed that way, the record may or may not
 // have been written, which Done tells.
 //
-// The record lives in the lock key's Redis Cluster slot, at the lock key
-// (prefix+key) with ":done" appended when the lock key contains a hash tag
-// ("{order:42}:ship" records at "{order:42}:ship:done"), and otherwise at
-// the lock key in braces with ":done" appended ("report:2026-11-30" records
-// at "{report:2026-11-30}:done"). A lock key that contains a '}' but no
-// hash tag, such as "a}b", records at the lock key with ":done" and four
-// characters appended that place it in the same slot.
+// The record lives at Keys(key).Done, beside the lock and in its Redis
+// Cluster slot.
 func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (ran bool, err error) {
 	if fn == nil {
 		return false, fmt.Errorf("%w: nil function", ErrInvalidArgument)
@@ -205,8 +197,7 @@ func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, strin
 	if !ok {
 		return config{}, nil, "", fmt.Errorf("%w: this Locker's store keeps no completion records", ErrInvalidArgument)
 	}
-	rkey := cfg.prefix + key
-	return cfg, st, slotKey(rkey, doneSuffix), nil
+	return cfg, st, companion(cfg.prefix, key, doneKind), nil
 }
 
 // complete ends a lock whose job completed, as Release does, but with one
@@ -243,6 +234,6 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 
 func (s scriptStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
 	res, err := completeScript.Run(ctx, s.client, []string{ref.keys[0], doneKey}, ref.token, record, retention.Milliseconds(),
-		ref.channel).Int64()
+		ref.channel, s.publish()).Int64()
 	return res == 1, err
 }

@@ -54,13 +54,14 @@ func ExampleLocker_Once() {
 		return
 	}
 	fmt.Println("completed:", ok, "recorded in the last minute:", time.Since(c.At) < time.Minute)
-	n, _ := client.Exists(ctx, "{jobs:report:2026-11-30}:done").Result()
-	fmt.Println("record at {jobs:report:2026-11-30}:done:", n == 1)
+	keys, _ := locker.Keys(key)
+	n, _ := client.Exists(ctx, keys.Done).Result()
+	fmt.Println("record at", keys.Done+":", n == 1)
 	// Output:
 	// fire 1: failed, may run again: printer jammed
 	//   report built
 	// fire 2: done
 	// fire 3: already done, skipped
 	// completed: true recorded in the last minute: true
-	// record at {jobs:report:2026-11-30}:done: true
+	// record at jobs:~done#{jobs:report:2026-11-30}: true
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
-// doneKey is where Once keeps the record of a lock key without a hash tag,
-// such as those of uniqueKey.
-func doneKey(rkey string) string { return "{" + rkey + "}:done" }
+// doneKey is where Once keeps the record of the lock on key, without a
+// prefix.
+func doneKey(key string) string { return plainNames(key).Done }
 
 // requireNoRecord checks that key has no completion record, through Done
 // and in Redis.
@@ -314,10 +314,10 @@ func TestOnceRetentionOverride(t *testing.T) {
 	l := locksmith.New(c, locksmith.WithDoneTTL(time.Minute))
 	_, err := l.Once(t.Context(), "a", func(context.Context) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, time.Minute, m.TTL("{a}:done"))
+	require.Equal(t, time.Minute, m.TTL(doneKey("a")))
 	_, err = l.Once(t.Context(), "b", func(context.Context) error { return nil }, locksmith.WithDoneTTL(time.Hour+1500*time.Microsecond))
 	require.NoError(t, err)
-	require.Equal(t, time.Hour+time.Millisecond, m.TTL("{b}:done"), "per call, truncated to milliseconds")
+	require.Equal(t, time.Hour+time.Millisecond, m.TTL(doneKey("b")), "per call, truncated to milliseconds")
 }
 
 func TestDone(t *testing.T) {
@@ -347,7 +347,7 @@ func TestDone(t *testing.T) {
 		require.Equal(t, time.UTC, c.At.Location())
 		host, _ := os.Hostname()
 		require.Equal(t, fmt.Sprintf("%s:%d", host, os.Getpid()), c.By)
-		require.Equal(t, int64(1), raw.Exists(ctx, doneKey("jobs:"+key)).Val(), "the record is at {prefix+key}:done")
+		require.Equal(t, int64(1), raw.Exists(ctx, names(t, "jobs:", key).Done).Val(), "the record is at Keys(key).Done")
 		require.Zero(t, c.Fence, "no fencing, no fence")
 
 		// With fencing the record keeps the fence of the run.
@@ -364,11 +364,11 @@ func TestDone(t *testing.T) {
 		require.Positive(t, fence)
 		require.Equal(t, fence, c.Fence)
 
-		// A lock key with a hash tag keeps it: the record is prefix+key+":done".
+		// A lock key with a hash tag keeps it in the record's name.
 		tagged := "{" + uniqueKey(t) + "}:ship"
 		_, err = l.Once(ctx, tagged, func(context.Context) error { return nil })
 		require.NoError(t, err)
-		require.Equal(t, int64(1), raw.Exists(ctx, "jobs:"+tagged+":done").Val())
+		require.Equal(t, int64(1), raw.Exists(ctx, "jobs:~done:"+tagged).Val())
 		_, ok, err = l.Done(ctx, tagged)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -376,7 +376,7 @@ func TestDone(t *testing.T) {
 		// Something else at the record's key: Once takes it as done, Done
 		// cannot read it.
 		other := uniqueKey(t)
-		require.NoError(t, raw.Set(ctx, doneKey("jobs:"+other), "not json", time.Minute).Err())
+		require.NoError(t, raw.Set(ctx, names(t, "jobs:", other).Done, "not json", time.Minute).Err())
 		_, _, err = l.Done(ctx, other)
 		require.Error(t, err)
 		ran, err := l.Once(ctx, other, func(context.Context) error { return nil })

@@ -39,8 +39,12 @@ type config struct {
 	// default, ttl/100 + 2ms (at most half the TTL).
 	drift time.Duration
 
-	// fencing makes Obtain take a fencing token.
-	fencing bool
+	// fencing makes Obtain take a fencing token; the counter lives
+	// fenceTTL after a token was taken, for ever when zero. fenceTTLMS
+	// is fenceTTL in milliseconds, an int64, converted once for go-redis.
+	fencing    bool
+	fenceTTL   time.Duration
+	fenceTTLMS any
 
 	// replicas is how many replicas must acknowledge an acquire, within
 	// replicaWait; zero means none.
@@ -53,7 +57,8 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{ttl: DefaultTTL, ttlMS: DefaultTTL.Milliseconds(), retry: NoRetry(), drift: -1, doneTTL: DefaultDoneTTL}
+	return config{ttl: DefaultTTL, ttlMS: DefaultTTL.Milliseconds(), retry: NoRetry(), drift: -1, doneTTL: DefaultDoneTTL,
+		fenceTTLMS: int64(0)}
 }
 
 // apply applies opts to c and checks the result as a whole.
@@ -140,9 +145,16 @@ func WithRetry(s RetryStrategy) Option {
 }
 
 // WithPrefix sets a prefix prepended to every key: the lock for key k lives
-// in Redis at prefix+k. The default prefix is empty.
+// in Redis at prefix+k, and every other name it uses (see Keys) starts with
+// prefix too, so one ACL key and channel pattern covers them all. The
+// default prefix is empty (the locksmith command's is "locksmith:"). A
+// prefix may contain braces only as a whole hash tag, such as "{app}:",
+// which puts every lock of the prefix in one Redis Cluster slot.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) error {
+		if err := checkPrefix(prefix); err != nil {
+			return err
+		}
 		c.prefix = prefix
 		return nil
 	})
@@ -179,17 +191,39 @@ func WithDrift(d time.Duration) Option {
 // WithFencing makes Obtain give each acquisition a fencing token, returned
 // by Lock.Fence, strictly greater than every token an earlier holder of the
 // key got. The token is produced by the acquire script itself, in the same
-// round trip, from a counter key in the same cluster slot as the lock. The
-// counter has no TTL: it costs one small key per lock name, kept forever.
+// round trip, from a counter key in the same cluster slot as the lock (see
+// Keys). By default the counter has no TTL: it costs one small key per lock
+// name, kept forever; WithFenceTTL lets it expire.
 //
 // A token is the larger of the counter plus one and the Redis server's
 // clock in microseconds, so tokens keep increasing even when the counter
-// is lost, as when Redis restarts without persistence or fails over to a
-// replica that missed the last increments. That relies on the server's
-// clock never stepping back past the time of the last token issued.
+// is lost, as when it expires, Redis restarts without persistence or fails
+// over to a replica that missed the last increments. That relies on the
+// server's clock never stepping back past the time of the last token
+// issued (and, after a failover, on the new master's clock being no
+// earlier than the old one's).
 func WithFencing() Option {
 	return optionFunc(func(c *config) error {
 		c.fencing = true
+		return nil
+	})
+}
+
+// WithFenceTTL makes a lock's fence counter (see WithFencing) expire d
+// after the last fencing token was taken, so that lock names used once
+// (a date or an order number in the key) leave nothing behind for long.
+// Tokens still increase after the counter expired, because each is at
+// least the server's clock in microseconds; pick d longer than the largest
+// clock step back you expect of the server. d must be at least 1ms;
+// sub-millisecond parts are dropped. Without this option the counter never
+// expires.
+func WithFenceTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: fence TTL %v is under 1ms", ErrInvalidArgument, d)
+		}
+		c.fenceTTL = d.Truncate(time.Millisecond)
+		c.fenceTTLMS = c.fenceTTL.Milliseconds()
 		return nil
 	})
 }

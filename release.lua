@@ -1,33 +1,34 @@
 -- Release the lock if the caller holds it: hand it straight to the first
 -- live entry of its handoff queue, or delete it; and announce which, in
--- the same step (see releaseChannel in notify.go).
+-- the same step (see notify.go).
 -- KEYS[1]: the lock key. KEYS[2], optional: the handoff queue. KEYS[3],
 -- optional: the fence counter.
--- ARGV[1]: the caller's token. ARGV[2]: on Redis Cluster, the sharded
--- channel to announce on, in the key's slot; elsewhere empty, and the
--- channel is named after the key. ARGV[3], optional: the caller's own
--- queue entry, removed when the caller does not hold the lock (a waiter
--- that gives up).
+-- ARGV[1]: the caller's token. ARGV[2]: the release channel. ARGV[3]: the
+-- command that announces on it, PUBLISH or, on Redis Cluster, SPUBLISH.
+-- ARGV[4]: how long the fence counter lives after it was last taken, in
+-- ms, or 0 for ever. ARGV[5], optional: the caller's own queue entry,
+-- removed when the caller does not hold the lock (a waiter that gives up).
 --
 -- Entries that lapsed are dropped first; the handoff goes to the live entry
--- that arrived first. It sets the lock key to the entry's token, with the
--- entry's TTL, takes a fencing token for it when the entry asks for one,
+-- that arrived first. It takes a fencing token for the entry when it asks
+-- for one, sets the lock key to the entry's token with the entry's TTL,
 -- and announces "<ttl ms> <fence> <token>"; a plain release announces an
--- empty message.
--- An entry that asks for a fencing token is skipped when the counter was
--- not given. Returns 1 when released, 0 when the key is absent or holds
--- another token.
+-- empty message. An entry that asks for a fencing token is skipped when
+-- the counter was not given.
+--
+-- Redis does not undo a script that fails halfway, so nothing that can be
+-- refused follows the change of the lock key: the announcement is sent
+-- with pcall, and a refused one (a user without rights on the channel)
+-- leaves the release done; waiters notice it by polling.
+-- Returns 1 when released, 0 when the key is absent or holds another
+-- token.
 local function announce(msg)
-  if ARGV[2] ~= '' then
-    redis.call('spublish', ARGV[2], msg)
-  else
-    redis.call('publish', 'locksmith:released:' .. KEYS[1], msg)
-  end
+  redis.pcall(ARGV[3], ARGV[2], msg)
 end
 
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  if ARGV[3] then
-    redis.call('zrem', KEYS[2], 'a:' .. ARGV[3], 'l:' .. ARGV[3])
+  if ARGV[5] then
+    redis.call('zrem', KEYS[2], 'a:' .. ARGV[5], 'l:' .. ARGV[5])
   end
   return 0
 end
@@ -48,14 +49,18 @@ if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
     redis.call('zrem', KEYS[2], e[1], 'l:' .. entry)
     local ttl, fenced, token = string.match(entry, '^(%d+) ([01]) (.+)$')
     if ttl and (fenced == '0' or KEYS[3]) then
-      redis.call('set', KEYS[1], token, 'PX', ttl)
       local fence = 0
       if fenced == '1' then
         local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
         local last = tonumber(redis.call('get', KEYS[3]) or '0')
         fence = math.max(last + 1, now_us)
-        redis.call('set', KEYS[3], string.format('%d', fence))
+        if ARGV[4] ~= '0' then
+          redis.call('set', KEYS[3], string.format('%d', fence), 'PX', ARGV[4])
+        else
+          redis.call('set', KEYS[3], string.format('%d', fence))
+        end
       end
+      redis.call('set', KEYS[1], token, 'PX', ttl)
       announce(ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
       return 1
     end

@@ -40,7 +40,7 @@ func TestWithReplicas(t *testing.T) {
 		require.NoError(t, err)
 		// Acknowledged means the replica has it now, fence included.
 		require.Equal(t, lk.Token(), rc.Get(ctx, key).Val())
-		fence, err := rc.Get(ctx, "{"+key+"}:fence").Int64()
+		fence, err := rc.Get(ctx, names(t, "", key).Fence).Int64()
 		require.NoError(t, err)
 		require.Equal(t, lk.Fence(), fence)
 		require.NoError(t, lk.Release(ctx))

@@ -69,14 +69,12 @@ type store interface {
 type lockRef struct {
 	keys  []string
 	token any
-	// channel is the sharded channel on which the release is announced,
-	// on Redis Cluster only; noChannel elsewhere.
-	channel any
+	// channel is the channel on which the release is announced (a
+	// string), and fenceTTLMS how long the fence counter lives after a
+	// token was taken, in ms (an int64, 0 for ever).
+	channel    any
+	fenceTTLMS any
 }
-
-// noChannel is lockRef.channel where releases are announced on a channel
-// named after the key (see release.lua).
-var noChannel any = ""
 
 // fenced reports whether the lock takes fencing tokens.
 func (r *lockRef) fenced() bool { return len(r.keys) > 2 }
@@ -169,18 +167,26 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	}
 	switch {
 	case req.replicas == 0:
-		res, err = obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS).Int64()
+		res, err = obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS, req.fenceTTLMS).Int64()
 	default:
 		res, acked, err = s.acquireReplicated(ctx, req)
 	}
 	if err != nil {
-		return acquireRes{}, err
+		return acquireRes{}, scriptError{err}
 	}
 	if res < 0 {
 		return acquireRes{holderTTL: time.Duration(-2-res) * time.Millisecond}, nil
 	}
 	return acquireRes{ok: true, fence: res, acked: int(acked)}, nil
 }
+
+// scriptError is the failure of a script, which may come after some of
+// its writes: Redis does not undo them (an error reply to a single
+// command, by contrast, means it did nothing).
+type scriptError struct{ err error }
+
+func (e scriptError) Error() string { return e.err.Error() }
+func (e scriptError) Unwrap() error { return e.err }
 
 // acquireQueued runs the acquire script and queues the caller for a
 // handoff when the lock is taken.
@@ -189,7 +195,7 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 	c, err := s.queueClient(ctx, req.keys[0])
 	var v any
 	if err == nil {
-		v, err = obtainScript.Run(ctx, c, req.keys, req.token, req.ttlMS, entry, queueEntryLifeMS).Result()
+		v, err = obtainScript.Run(ctx, c, req.keys, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS).Result()
 	}
 	if s.sharded && clusterRefused(err) {
 		// Try without queueing, through the cluster client.
@@ -197,7 +203,7 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 		return s.acquire(ctx, req)
 	}
 	if err != nil {
-		return acquireRes{}, err
+		return acquireRes{}, scriptError{err}
 	}
 	switch v := v.(type) {
 	case int64:
@@ -266,9 +272,9 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 		pipe := client.Pipeline()
 		var acquire *redis.Cmd
 		if eval {
-			acquire = obtainScript.Eval(ctx, pipe, req.keys, req.token, req.ttlMS)
+			acquire = obtainScript.Eval(ctx, pipe, req.keys, req.token, req.ttlMS, req.fenceTTLMS)
 		} else {
-			acquire = obtainScript.EvalSha(ctx, pipe, req.keys, req.token, req.ttlMS)
+			acquire = obtainScript.EvalSha(ctx, pipe, req.keys, req.token, req.ttlMS, req.fenceTTLMS)
 		}
 		wait := redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
 		_ = pipe.Process(ctx, wait)
@@ -299,20 +305,34 @@ func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bo
 }
 
 // releaseQueued runs the release script over the lock and its handoff
-// queue, with args after the token and channel. If Redis Cluster refuses
-// it, it releases the lock alone, without a handoff (and without
-// withdrawing an entry, which then lapses).
-func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args ...any) (bool, error) {
+// queue, with entry, when given, as the waiter's entry to withdraw. If
+// Redis Cluster refuses it, it releases the lock alone, without a handoff
+// (and without withdrawing an entry, which then lapses).
+func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, entry ...any) (bool, error) {
 	c, err := s.queueClient(ctx, ref.keys[0])
 	var res int64
 	if err == nil {
-		res, err = releaseScript.Run(ctx, c, ref.keys, append([]any{ref.token, ref.channel}, args...)...).Int64()
+		args := append([]any{ref.token, ref.channel, s.publish(), ref.fenceTTLMS}, entry...)
+		res, err = releaseScript.Run(ctx, c, ref.keys, args...).Int64()
 	}
 	if s.sharded && clusterRefused(err) {
-		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel).Int64()
+		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel, s.publish(), ref.fenceTTLMS).Int64()
 	}
 	return res == 1, err
 }
+
+// publish returns the command that announces releases: SPUBLISH on Redis
+// Cluster, whose sharded channels live in their key's slot, and PUBLISH
+// elsewhere.
+func (s scriptStore) publish() any {
+	if s.sharded {
+		return spublishCmd
+	}
+	return publishCmd
+}
+
+// The announcing commands, converted once for go-redis.
+var publishCmd, spublishCmd any = "publish", "spublish"
 
 // queueClient returns the client for scripts that name a lock's handoff
 // queue: s.client, or on Redis Cluster the client of the master that owns

@@ -67,9 +67,9 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 	if !ok {
 		return LockStatus{}, fmt.Errorf("%w: this Locker's store cannot be inspected", ErrInvalidArgument)
 	}
-	rkey := cfg.prefix + key
-	fenceKey, doneKey := slotKey(rkey, fenceSuffix), slotKey(rkey, doneSuffix)
-	raw, err := st.inspect(ctx, []string{rkey, fenceKey, doneKey, slotKey(rkey, queueSuffix)})
+	k := keysOf(cfg.prefix, key)
+	fenceKey, doneKey := k.Fence, k.Done
+	raw, err := st.inspect(ctx, []string{k.Lock, fenceKey, doneKey, k.Queue})
 	if err != nil {
 		return LockStatus{}, fmt.Errorf("locksmith: inspect %q: %w", key, err)
 	}

@@ -115,8 +115,8 @@ func TestInspectCompanionKeys(t *testing.T) {
 	c := newClient(t, &redis.Options{Addr: m.Addr()}, nil)
 	l := locksmith.New(c, locksmith.WithPrefix("p:"))
 	for _, tc := range []struct{ key, fence, done string }{
-		{"report", "{p:report}:fence", "{p:report}:done"},
-		{"{order:42}:ship", "p:{order:42}:ship:fence", "p:{order:42}:ship:done"},
+		{"report", "p:~fence#{p:report}", "p:~done#{p:report}"},
+		{"{order:42}:ship", "p:~fence:{order:42}:ship", "p:~done:{order:42}:ship"},
 	} {
 		m.Set(tc.fence, "42")
 		m.Set(tc.done, `{"completed_at":"2026-11-30T02:15:00Z","by":"db1:4242","token":"tok"}`)
@@ -150,7 +150,7 @@ func TestInspectForeignValues(t *testing.T) {
 		l := locksmith.New(b.client(t))
 
 		key := uniqueKey(t)
-		require.NoError(t, raw.Set(ctx, "{"+key+"}:fence", "not a number", time.Minute).Err())
+		require.NoError(t, raw.Set(ctx, names(t, "", key).Fence, "not a number", time.Minute).Err())
 		_, err := l.Inspect(ctx, key)
 		require.ErrorContains(t, err, "fence counter")
 
