@@ -50,7 +50,7 @@ func (u *ui) connect(c *connFlags) (redis.UniversalClient, string, error) {
 	}
 	sentinel, err := deploymentKind(parsed, c.cluster)
 	if err != nil {
-		return nil, "", fmt.Errorf("Redis URL in %s: %w", source, err)
+		return nil, "", fmt.Errorf("the Redis URL in %s: %w", source, err)
 	}
 	switch {
 	case c.cluster:
@@ -68,7 +68,7 @@ func (u *ui) connect(c *connFlags) (redis.UniversalClient, string, error) {
 			return nil, "", invalidURL(source, err)
 		}
 		if opts.MasterName == "" {
-			return nil, "", fmt.Errorf("Redis URL in %s: master_name is empty; want %s", source, urlForm)
+			return nil, "", fmt.Errorf("the Redis URL in %s: master_name is empty; want %s", source, urlForm)
 		}
 		opts.Dialer = dialer(c.dialTimeout, opts.TLSConfig)
 		opts.DialTimeout, opts.DialerRetries, opts.MaxRetries = c.dialTimeout, 1, -1
@@ -110,7 +110,7 @@ func deploymentKind(u *url.URL, cluster bool) (sentinel bool, err error) {
 	case (cluster || sentinel) && u.Scheme == "unix":
 		return false, errors.New("a unix:// URL names one server; --cluster and master_name need redis:// or rediss://")
 	case cluster && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0":
-		return false, errors.New("Redis Cluster has database 0 only; drop the /DB from the URL")
+		return false, errors.New("a Redis Cluster has database 0 only; drop the /DB from the URL")
 	case !cluster && !sentinel && q.Has("addr"):
 		return false, errors.New("addr lists more servers: give --cluster if they are Redis Cluster nodes, " +
 			"or master_name if they are sentinels")
