@@ -52,6 +52,12 @@ func (u *ui) connect(c *connFlags) (redis.UniversalClient, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("the Redis URL in %s: %w", source, err)
 	}
+	// Every form gets the same settings: the dialer, one dial per
+	// connection (DialerRetries 1) and no command retries (MaxRetries -1).
+	// With go-redis's defaults a dial that cannot complete took five times
+	// --dial-timeout, and a command up to four such dials; the Locker
+	// retries a failed renewal itself. A Cluster client still follows
+	// MOVED and ASK, and tries other nodes, up to its MaxRedirects.
 	switch {
 	case c.cluster:
 		opts, err := redis.ParseClusterURL(raw)
