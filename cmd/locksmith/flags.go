@@ -22,6 +22,7 @@ const (
 type connFlags struct {
 	key         string
 	redisURL    string // empty: $REDIS_URL, else defaultURL
+	cluster     bool   // redisURL names Redis Cluster nodes
 	prefix      string
 	dialTimeout time.Duration
 	timeout     time.Duration
@@ -32,8 +33,9 @@ func (c *connFlags) register(set *flag.FlagSet) {
 	// The default is not taken from $REDIS_URL here, so that help never
 	// prints a URL with its password.
 	set.StringVar(&c.redisURL, "redis", "", "Redis `URL` (default $REDIS_URL, else "+defaultURL+")")
+	set.BoolVar(&c.cluster, "cluster", false, "the URL names nodes of a Redis Cluster (see 'locksmith help')")
 	set.StringVar(&c.prefix, "prefix", defaultPrefix, "`PREFIX` of the lock's Redis key")
-	set.DurationVar(&c.dialTimeout, "dial-timeout", defaultDialTimeout, "how long to wait for a connection to Redis")
+	set.DurationVar(&c.dialTimeout, "dial-timeout", defaultDialTimeout, "how long to wait for a connection to Redis, TLS handshake included")
 	set.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long to wait for each Redis command's reply")
 }
 

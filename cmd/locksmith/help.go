@@ -29,11 +29,38 @@ Redis:
 
   The server is given by --redis URL or, so that the password is not in
   argv for ps to show, by the environment variable REDIS_URL; without
-  either, redis://localhost:6379/0. locksmith never prints the password.
+  either, redis://localhost:6379/0. locksmith never prints a password.
 
     redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
     rediss://...                 the same over TLS
     unix:///PATH?db=N            a Unix socket
+
+  Redis Cluster: give --cluster, and a URL that names one node or more
+  (any one that answers will do; locksmith finds the others):
+
+    redis://[[USER]:PASSWORD@]HOST:PORT?addr=HOST2:PORT2&addr=HOST3:PORT3
+
+  Sentinel: a URL with master_name names the master that the sentinels
+  at HOST (and at each addr) monitor under NAME; its user and password are
+  the sentinels', and the password parameter is the master's:
+
+    redis://[[USER]:PASSWORD@]SENTINEL:PORT[/DB]?master_name=NAME
+        &addr=SENTINEL2:PORT2&password=PASSWORD          (on one line)
+
+  Both work over TLS with rediss://. A URL with addr but neither
+  --cluster nor master_name, or with both, is a usage error, and so are
+  the parameters that locksmith sets: dial_timeout (--dial-timeout),
+  read_timeout and write_timeout (--timeout), max_retries and
+  dialer_retries.
+
+  --dial-timeout bounds each connection, its TLS handshake included.
+  locksmith does not retry a connection that fails: when it cannot reach
+  Redis it exits 69 and names the likely cause (nothing listening, no TLS
+  where rediss:// expects it, TLS where redis:// expects none). On a
+  Cluster, and through sentinels, it tries the other addresses it knows,
+  each within --dial-timeout. For
+  rediss://, the server's certificate must be signed by a CA the system
+  trusts, or by one in SSL_CERT_FILE or SSL_CERT_DIR.
 
   The lock KEY is stored at the Redis key PREFIX+KEY (--prefix, default
   "locksmith:").
@@ -123,6 +150,9 @@ Examples:
   # In the same crontab on every host: one of them builds the report.
   locksmith run --key nightly-report -- /usr/local/bin/report --day yesterday
 
+  # On Redis Cluster: the URL of any node will do; the others are spares.
+  locksmith run --cluster --redis 'redis://10.0.0.1:7000?addr=10.0.0.2:7000' --key backup -- /usr/local/bin/backup
+
   # Wait up to 5 minutes for the lock rather than skipping the run.
   locksmith run --wait 5m --key migrate -- ./migrate.sh
 
@@ -174,6 +204,11 @@ Examples:
 
   locksmith status --key nightly-report
   locksmith status --key nightly-report --json | jq .held
+
+  # Through Sentinel: the master that the sentinels monitor as "mymaster",
+  # whose password is secret.
+  REDIS_URL='redis://sentinel1:26379?master_name=mymaster&addr=sentinel2:26379&password=secret' \
+    locksmith status --key nightly-report
 
   # When did the run --once for yesterday's report succeed, and where?
   locksmith status --key "report:$(date -d yesterday +%F)" --json | jq .done

@@ -58,7 +58,7 @@ func newLockState(c *connFlags, s locksmith.LockStatus) lockState {
 
 // deleteLock deletes the lock that c names, and returns what it deleted,
 // read in the same MULTI/EXEC transaction.
-func deleteLock(ctx context.Context, client *redis.Client, c *connFlags) (lockState, error) {
+func deleteLock(ctx context.Context, client redis.UniversalClient, c *connFlags) (lockState, error) {
 	st := lockState{Key: c.key, RedisKey: c.prefix + c.key}
 	var (
 		get  *redis.StringCmd

@@ -19,7 +19,9 @@
 // success; release --force deletes a lock whatever its holder.
 //
 // The Redis server is given by --redis URL or, to keep a password out of
-// the process list, by the REDIS_URL environment variable. Run
+// the process list, by the REDIS_URL environment variable: a server,
+// Redis Cluster nodes (with --cluster), or sentinels (a URL with
+// master_name). Run
 // "locksmith help" for the exit statuses and "locksmith help COMMAND" for
 // the flags and examples of each command.
 //

@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 	}
 	code := buildAndRun(m, dir)
 	redistest.StopShared()
+	redistest.StopSharedCluster()
+	redistest.StopSharedSentinel()
 	os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
