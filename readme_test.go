@@ -147,7 +147,7 @@ func TestReadmeCheckCatchesBrokenProgram(t *testing.T) {
 // own turn wait with an unlimited strategy under a deadline that fits the
 // work, and all of them get it. 50 callers on two Lockers each hold the
 // lock for 20ms, so the last one waits about a second. A LimitRetry
-// strategy scaled down the same way (it waits 40 to 75ms in all) gives up
+// strategy scaled down the same way (it waits at most 75ms in all) gives up
 // for most of them, as LimitRetry(ExponentialBackoff(10ms, 500ms), 10),
 // the recipe this one replaced, does for callers that hold the lock 400ms.
 func TestReadmeRecipeEveryCallerGetsItsTurn(t *testing.T) {
