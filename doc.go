@@ -56,13 +56,15 @@
 //
 // # Errors
 //
-// Errors wrap the sentinels ErrNotObtained, ErrNotHeld, ErrLockLost and
-// ErrInvalidArgument; match them with errors.Is, never with ==.
-// ErrNotObtained means someone else holds the lock. Apart from
-// ErrInvalidArgument, any other error from Obtain means Redis did not
-// answer, or not in time, so nobody knows whether the lock is free: the
-// caller decides, on purpose, whether to skip the work (fail closed) or do
-// it without the lock (fail open).
+// Errors wrap the sentinels ErrNotObtained, ErrNotHeld, ErrLockLost,
+// ErrNotReplicated and ErrInvalidArgument; match them with errors.Is, never
+// with ==. ErrNotObtained means someone else holds the lock.
+// ErrNotReplicated means that, with WithReplicas, too few replicas
+// acknowledged the lock in time, so it was released again; treat it as a
+// Redis failure. Apart from ErrInvalidArgument, any other error from
+// Obtain means Redis did not answer, or not in time, so nobody knows
+// whether the lock is free: the caller decides, on purpose, whether to
+// skip the work (fail closed) or do it without the lock (fail open).
 //
 // # Guarantees and limits
 //

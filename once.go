@@ -27,7 +27,10 @@ var (
 // WithDoneTTL sets how long Once keeps the record that a job completed, and
 // so how long it refuses to run the same key again. It must be at least
 // 1ms; sub-millisecond parts are dropped. The default is DefaultDoneTTL,
-// 24 hours. Other calls ignore it.
+// 24 hours. Only Once uses the value, but every call checks it: an
+// invalid WithDoneTTL given to Obtain, WithLock, Done or Inspect makes
+// that call return an error matching ErrInvalidArgument, and given to New
+// it makes every call on the Locker do so.
 func WithDoneTTL(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d < time.Millisecond {

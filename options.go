@@ -9,9 +9,12 @@ import (
 // how long a holder that crashed without releasing blocks everyone else.
 const DefaultTTL = 10 * time.Second
 
-// An Option configures a Locker or a single call. Given to New it sets the
-// Locker's default; given to Obtain or WithLock it overrides that default for
-// the one call. Options are applied in order, so a later one wins.
+// An Option configures a Locker or a single call. Given to New or NewQuorum
+// it sets the Locker's default; given to Obtain, WithLock, Once, Done or
+// Inspect it overrides that default for the one call. Options are applied
+// in order, so a later one wins. Every call checks all the options it is
+// given, also those it has no use for (Done and Inspect use only the
+// prefix).
 //
 // An invalid option is never silently clamped: the call that uses it returns
 // an error matching ErrInvalidArgument and sends nothing to Redis.

@@ -43,12 +43,8 @@ func RequireCLI(t testing.TB) {
 	t.Helper()
 	Require(t)
 	if _, err := exec.LookPath("redis-cli"); err != nil {
-		msg := fmt.Sprintf("\n*** redis-cli not found on PATH: SKIPPING %s, which needs it to build a Redis Cluster.\n"+
-			"*** It comes with redis-server (apt-get install redis-server); set %s=1 to make this a failure. ***", t.Name(), RequireEnv)
-		if Required() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		missing(t, &cliNotice, "redis-cli", "redis-cli to build a Redis Cluster",
+			"It comes with redis-server (apt-get install redis-server, brew install redis)")
 	}
 }
 

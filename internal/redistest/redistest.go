@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -61,13 +62,40 @@ func Required() bool {
 func Require(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		msg := fmt.Sprintf("\n*** redis-server not found on PATH: SKIPPING %s, which needs a real Redis.\n"+
-			"*** Install it (apt-get install redis-server) or set %s=1 to make this a failure. ***", t.Name(), RequireEnv)
-		if Required() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		missing(t, &serverNotice, "redis-server", "a real Redis",
+			"Install it (apt-get install redis-server, brew install redis)")
 	}
+}
+
+// serverNotice and cliNotice make missing announce each missing program
+// once per test binary.
+var serverNotice, cliNotice sync.Once
+
+// missing ends t because program is not on PATH. When Required, t fails,
+// saying so. Otherwise t is skipped, and the first skip of the test binary
+// for this program is also announced on the terminal (or on stderr when
+// there is none): go test shows a skip's message only with -v, and shows
+// nothing but "ok" for a passing package of ./..., even what the test
+// binary writes to stderr.
+func missing(t testing.TB, notice *sync.Once, program, needs, install string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("\n*** %s not found on PATH: %s FAILS, because %s=%s requires %s.\n"+
+			"*** %s, or unset %s to skip such tests instead. ***",
+			program, t.Name(), RequireEnv, os.Getenv(RequireEnv), needs, install, RequireEnv)
+	}
+	notice.Do(func() {
+		out := io.Writer(os.Stderr)
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			defer tty.Close()
+			out = tty
+		}
+		fmt.Fprintf(out, "\n*** %s not found on PATH: SKIPPING the tests that need %s, starting with %s.\n"+
+			"*** %s, or set %s=1 to make this a failure; go test -v lists every skipped test. ***\n",
+			program, needs, t.Name(), install, RequireEnv)
+	})
+	t.Skipf("\n*** %s not found on PATH: SKIPPING %s, which needs %s.\n"+
+		"*** %s, or set %s=1 to make this a failure. ***", program, t.Name(), needs, install, RequireEnv)
 }
 
 // New starts a server for t and stops it when t ends. extra are further
