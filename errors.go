@@ -29,6 +29,12 @@ var (
 	// again. Like a Redis failure, it does not match ErrNotObtained.
 	ErrNotReplicated = errors.New("locksmith: not acknowledged by enough replicas")
 
+	// ErrNoPermission means the connected Redis user may not run a
+	// command that the call needs (an ACL rule refuses it): the call
+	// stopped before changing anything. The error names what is refused;
+	// see Locker.Check.
+	ErrNoPermission = errors.New("locksmith: permission denied")
+
 	// ErrInvalidArgument means a key, option or argument was rejected before
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("locksmith: invalid argument")

@@ -68,6 +68,16 @@ func waitQueued(t *testing.T, raw *redis.Client, rkey string, n int) {
 // due two seconds later.
 type scripts struct{ n atomic.Int64 }
 
+// checked makes l's first-call permission check (see Locker.Check) now,
+// and then zeroes the script count n, so that counts start with the
+// Locker's locking calls.
+func checked(t *testing.T, l *locksmith.Locker, n *atomic.Int64) *locksmith.Locker {
+	t.Helper()
+	require.NoError(t, l.Check(t.Context()))
+	n.Store(0)
+	return l
+}
+
 func (s *scripts) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (s *scripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -329,12 +339,12 @@ func TestHandoffOrderSurvivesRenewal(t *testing.T) {
 		holder := holdLong(t, b.client(t), key)
 
 		first, second := &scripts{}, &scripts{}
-		got1 := obtainInBackground(ctx, locksmith.New(b.client(t, first)), nil, key, locksmith.WithRetry(forever))
+		got1 := obtainInBackground(ctx, checked(t, locksmith.New(b.client(t, first)), &first.n), nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 1)
 		first.wait(t, 2)
 		token1 := entryToken(queueEntries(t, raw, key)[0])
 		time.Sleep(time.Second)
-		got2 := obtainInBackground(ctx, locksmith.New(b.client(t, second)), nil, key, locksmith.WithRetry(forever))
+		got2 := obtainInBackground(ctx, checked(t, locksmith.New(b.client(t, second)), &second.n), nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 2)
 		second.wait(t, 2)
 		token2 := entryToken(queueEntries(t, raw, key)[1])
@@ -641,7 +651,10 @@ func TestHandoffOnCluster(t *testing.T) {
 			cnt, done := &counter{}, &scripts{}
 			wc := cl.Client(t)
 			wc.OnNewNode(func(c *redis.Client) { c.AddHook(cnt); c.AddHook(done) })
-			got := obtainInBackground(ctx, locksmith.New(wc, locksmith.WithFencing()), cnt, key, locksmith.WithRetry(forever))
+			wl := locksmith.New(wc, locksmith.WithFencing())
+			checked(t, wl, &done.n)
+			cnt.reset()
+			got := obtainInBackground(ctx, wl, cnt, key, locksmith.WithRetry(forever))
 			// Its first attempt, and the one when its subscription is
 			// confirmed; then it waits for the release.
 			done.wait(t, 2)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,10 @@ type Locker struct {
 	cfg    config
 	quorum bool  // made by NewQuorum
 	err    error // a bad client or default option given to New
+
+	// verified is the union of the needs that the connected user was
+	// found to have: see verify.
+	verified atomic.Uint32
 }
 
 // New returns a Locker that stores locks through client, with opts as the
@@ -126,6 +131,9 @@ func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock,
 func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
 	if ctx.Err() != nil {
 		return nil, notObtained(ctx, key)
+	}
+	if err := l.verify(ctx, cfg, key, 0); err != nil {
+		return nil, err
 	}
 	rkey := cfg.prefix + key
 	if _, once := cfg.retry.(noRetry); once {

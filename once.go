@@ -128,6 +128,9 @@ func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Conte
 	if ctx.Err() != nil {
 		return false, notObtained(ctx, key)
 	}
+	if err := l.verify(ctx, &cfg, key, needOnce); err != nil {
+		return false, err
+	}
 	if _, done, err := st.record(ctx, doneKey); err != nil {
 		if ctx.Err() != nil {
 			return false, notObtained(ctx, key)

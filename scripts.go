@@ -58,6 +58,10 @@ type store interface {
 	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
 	// pttl returns the lock's remaining TTL if it holds the token.
 	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
+	// check returns the commands that calls with needs n on the lock
+	// named by k need and the connected user may not run, changing
+	// nothing; complete is false when some server could not be asked.
+	check(ctx context.Context, k Keys, n need) (refused []string, complete bool, err error)
 }
 
 // lockRef names one acquisition of a lock to a store: keys[0] is the lock
@@ -301,7 +305,16 @@ func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
 }
 
 func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
-	return s.releaseQueued(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
+	ok, err := s.releaseQueued(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
+	var rerr redis.Error
+	if errors.As(err, &rerr) && len(ref.keys) > 1 {
+		// Refused, maybe on the queue (an ACL rule): still delete the
+		// lock if it is the caller's, with the script over the lock key
+		// alone; the entry lapses.
+		res, err2 := releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel, s.publish(), ref.fenceTTLMS).Int64()
+		return res == 1, errors.Join(err, err2)
+	}
+	return ok, err
 }
 
 // releaseQueued runs the release script over the lock and its handoff

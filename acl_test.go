@@ -1,0 +1,319 @@
+package locksmith_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+// minimalRule is the ACL rule docs/acl.md gives for the library on one
+// server (or Sentinel) with the prefix "locksmith:": every test below that
+// uses it runs the whole API under exactly this rule.
+var minimalRule = []string{
+	"resetkeys", "~locksmith:*", "resetchannels", "&locksmith:*", "-@all",
+	"+hello", "+auth", "+ping",
+	"+evalsha", "+eval", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl",
+	"+zadd", "+zrem", "+zrangebyscore", "+zcount", "+time",
+	"+publish", "+subscribe", "+unsubscribe",
+}
+
+// aclUser makes a user on srv with rules and returns a client logged in as
+// it, and an admin client.
+func aclUser(t *testing.T, srv *redistest.Server, rules ...string) (user, admin *redis.Client) {
+	t.Helper()
+	admin = newClient(t, srv.Options(), nil)
+	name := strings.ReplaceAll(uniqueKey(t), ":", "-")
+	args := append([]any{"acl", "setuser", name, "reset", "on", ">pw"}, toAny(rules)...)
+	require.NoError(t, admin.Do(t.Context(), args...).Err())
+	opt := srv.Options()
+	opt.Username, opt.Password = name, "pw"
+	return newClient(t, opt, nil), admin
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// setRules changes the rules of the user that c logs in as.
+func setRules(t *testing.T, admin, c *redis.Client, rules ...string) {
+	t.Helper()
+	args := append([]any{"acl", "setuser", c.Options().Username}, toAny(rules)...)
+	require.NoError(t, admin.Do(t.Context(), args...).Err())
+}
+
+// exerciseAPI runs every call of the API as a user of client would, and
+// fails t if any of them fails.
+func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
+	t.Helper()
+	ctx := t.Context()
+	l := locksmith.New(client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
+	key := uniqueKey(t)
+
+	lk, err := l.Obtain(ctx, key)
+	require.NoError(t, err)
+	ttl, err := lk.TTL(ctx)
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+	require.NoError(t, lk.Refresh(ctx, 6*time.Second))
+	st, err := l.Inspect(ctx, key)
+	require.NoError(t, err)
+	require.True(t, st.Held)
+
+	// A waiter of another Locker is handed the lock.
+	other := locksmith.New(client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
+	got := make(chan error, 1)
+	go func() {
+		lk2, err := other.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		if err == nil {
+			err = lk2.Release(ctx)
+		}
+		got <- err
+	}()
+	k, err := l.Keys(key)
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, <-got)
+
+	require.NoError(t, l.WithLock(ctx, key, func(ctx context.Context) error { return nil }, locksmith.WithFencing()))
+	fenced, err := l.Obtain(ctx, key, locksmith.WithFencing(), locksmith.WithFenceTTL(time.Minute))
+	require.NoError(t, err)
+	require.Positive(t, fenced.Fence())
+	require.NoError(t, fenced.Release(ctx))
+
+	ran, err := l.Once(ctx, key, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.True(t, ran)
+	_, done, err := l.Done(ctx, key)
+	require.NoError(t, err)
+	require.True(t, done)
+	require.NoError(t, l.Check(ctx))
+	require.Zero(t, admin.Exists(ctx, k.Lock).Val(), "the lock is left behind")
+}
+
+func TestACLMinimalRule(t *testing.T) {
+	srv := redistest.New(t)
+	client, admin := aclUser(t, srv, minimalRule...)
+	exerciseAPI(t, client, admin)
+}
+
+// clusterRule is the minimal rule for Redis Cluster, from docs/acl.md.
+var clusterRule = []string{
+	"resetkeys", "~locksmith:*", "resetchannels", "&locksmith:*", "-@all",
+	"+hello", "+auth", "+ping", "+cluster|slots",
+	"+evalsha", "+eval", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl",
+	"+zadd", "+zrem", "+zrangebyscore", "+zcount", "+time",
+	"+spublish", "+ssubscribe", "+sunsubscribe",
+}
+
+func TestACLMinimalRuleCluster(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	name := strings.ReplaceAll(uniqueKey(t), ":", "-")
+	for _, addr := range cl.Addrs() {
+		node := newClient(t, &redis.Options{Addr: addr}, nil)
+		args := append([]any{"acl", "setuser", name, "reset", "on", ">pw"}, toAny(clusterRule)...)
+		require.NoError(t, node.Do(t.Context(), args...).Err(), "node %s", addr)
+	}
+	opt := cl.Options()
+	opt.Username, opt.Password = name, "pw"
+	client := redis.NewClusterClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	exerciseAPI(t, client, cl.Client(t))
+}
+
+// TestACLPrefixScoped runs the API as a user scoped to the prefix, the
+// usual production rule.
+func TestACLPrefixScoped(t *testing.T) {
+	srv := redistest.New(t)
+	client, admin := aclUser(t, srv, "~locksmith:*", "&locksmith:*", "+@all", "-@dangerous")
+	exerciseAPI(t, client, admin)
+
+	// Outside the prefix: refused before anything is written.
+	ctx := t.Context()
+	l := locksmith.New(client, locksmith.WithPrefix("other:"))
+	_, err := l.Obtain(ctx, "k")
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+	require.ErrorIs(t, l.Check(ctx), locksmith.ErrNoPermission)
+}
+
+// TestACLNoChannels runs the API as users without channel rights, Redis
+// 7's default (acl-pubsub-default resetchannels), or without PUBLISH:
+// releases, handoffs and completions succeed, waiters notice releases by
+// polling, and Check names what is missing.
+func TestACLNoChannels(t *testing.T) {
+	srv := redistest.New(t)
+	for name, rules := range map[string][]string{
+		"resetchannels":       {"~locksmith:*", "resetchannels", "+@all", "-@dangerous"},
+		"no publish commands": {"~locksmith:*", "allchannels", "+@all", "-@dangerous", "-publish", "-spublish"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client, admin := aclUser(t, srv, rules...)
+			ctx := t.Context()
+			l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+			key := uniqueKey(t)
+			lk, err := l.Obtain(ctx, key)
+			require.NoError(t, err)
+			require.NoError(t, lk.Release(ctx), "a release whose announcement is refused is done")
+			require.Zero(t, admin.Exists(ctx, "locksmith:"+key).Val())
+
+			require.NoError(t, l.WithLock(ctx, key, func(context.Context) error { return nil }))
+			ran, err := l.Once(ctx, key, func(context.Context) error { return nil })
+			require.NoError(t, err)
+			require.True(t, ran)
+			_, done, err := l.Done(ctx, key)
+			require.NoError(t, err)
+			require.True(t, done)
+
+			// A waiter gets a lock released without an announcement.
+			lk, err = l.Obtain(ctx, key)
+			require.NoError(t, err)
+			got := make(chan error, 1)
+			go func() {
+				lk2, err := l.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+				if err == nil {
+					err = lk2.Release(ctx)
+				}
+				got <- err
+			}()
+			k, _ := l.Keys(key)
+			eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
+			require.NoError(t, lk.Release(ctx))
+			require.NoError(t, <-got)
+
+			err = l.Check(ctx)
+			require.ErrorIs(t, err, locksmith.ErrNoPermission)
+			require.ErrorContains(t, err, "PUBLISH")
+		})
+	}
+}
+
+// TestACLWithoutScripts: a user that may not run scripts is told so by
+// Obtain and Once before anything is written or run.
+func TestACLWithoutScripts(t *testing.T) {
+	srv := redistest.New(t)
+	client, admin := aclUser(t, srv, "~locksmith:*", "&locksmith:*", "+@all", "-@dangerous", "-evalsha", "-eval")
+	ctx := t.Context()
+	l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+	key := uniqueKey(t)
+	_, err := l.Obtain(ctx, key)
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+	ran := false
+	_, err = l.Once(ctx, key, func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.False(t, ran, "the job ran although its lock could not be released")
+	err = l.WithLock(ctx, key, func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.False(t, ran)
+	require.Zero(t, admin.Exists(ctx, "locksmith:"+key).Val())
+	require.ErrorIs(t, l.Check(ctx), locksmith.ErrNoPermission)
+
+	// Once granted, the next call works: a refusal is not remembered.
+	setRules(t, admin, client, "+evalsha", "+eval")
+	require.NoError(t, l.WithLock(ctx, key, func(context.Context) error { return nil }))
+}
+
+// TestRefusedMidwayLeavesNothing takes rights away after the Locker has
+// checked them, so that a script is refused after its SET: the failed
+// Obtain must still leave no lock behind.
+func TestRefusedMidwayLeavesNothing(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := t.Context()
+
+	t.Run("fencing without TIME", func(t *testing.T) {
+		client, admin := aclUser(t, srv, minimalRule...)
+		l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+		key := uniqueKey(t)
+		require.NoError(t, l.WithLock(ctx, key, func(context.Context) error { return nil }, locksmith.WithFencing()))
+		setRules(t, admin, client, "-time")
+		_, err := l.Obtain(ctx, key, locksmith.WithFencing())
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		require.Zero(t, admin.Exists(ctx, "locksmith:"+key).Val(), "a token nobody has")
+	})
+
+	t.Run("waiter without ZREM", func(t *testing.T) {
+		client, admin := aclUser(t, srv, minimalRule...)
+		l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+		key := uniqueKey(t)
+		require.NoError(t, l.WithLock(ctx, key, func(context.Context) error { return nil }))
+		// The tutorial's recipe holds the key, from another client.
+		rkey := "locksmith:" + key
+		require.True(t, admin.SetNX(ctx, rkey, "recipe", 30*time.Second).Val())
+		got := make(chan error, 1)
+		go func() {
+			_, err := l.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+			got <- err
+		}()
+		k, _ := l.Keys(key)
+		eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
+		setRules(t, admin, client, "-zrem")
+		require.NoError(t, admin.Del(ctx, rkey).Err())
+		err := <-got
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		require.Zero(t, admin.Exists(ctx, rkey).Val(), "a token nobody has")
+	})
+}
+
+// TestUnderMaxmemory: with memory full (noeviction), Obtain fails with an
+// error and leaves nothing, and a Once whose job filled memory still
+// releases its lock.
+func TestUnderMaxmemory(t *testing.T) {
+	srv := redistest.New(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	ctx := t.Context()
+	client := newClient(t, srv.Options(), nil)
+	l := locksmith.New(client)
+	fill := func() {
+		t.Helper()
+		big := strings.Repeat("x", 64<<10)
+		for i := 0; ; i++ {
+			err := client.Set(ctx, "fill:"+uniqueKey(t), big, 0).Err()
+			if err != nil {
+				require.True(t, redis.HasErrorPrefix(err, "OOM"), "filling: %v", err)
+				return
+			}
+			require.Less(t, i, 1000, "memory never filled")
+		}
+	}
+	free := func() {
+		t.Helper()
+		for _, k := range client.Keys(ctx, "fill:*").Val() {
+			client.Del(ctx, k)
+		}
+	}
+
+	key := uniqueKey(t)
+	ran, err := l.Once(ctx, key, func(context.Context) error { fill(); return nil })
+	k, _ := l.Keys(key)
+	require.Zero(t, client.Exists(ctx, k.Lock).Val(), "the lock stayed behind")
+	if err != nil {
+		// Nothing recorded: the next fire runs it again.
+		require.Zero(t, client.Exists(ctx, k.Done).Val())
+	} else {
+		require.True(t, ran)
+		require.Equal(t, int64(1), client.Exists(ctx, k.Done).Val())
+	}
+
+	other := uniqueKey(t)
+	_, err = l.Obtain(ctx, other)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained, "a refused write is not someone else's lock")
+	require.Zero(t, client.Exists(ctx, other).Val())
+	free()
+	lk, err := l.Obtain(ctx, other)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+}

@@ -1,0 +1,162 @@
+package locksmith
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed probe.lua
+	probeSrc    string
+	probeScript = redis.NewScript(probeSrc)
+)
+
+// need is a set of what calls need of the connected Redis user, as
+// probe.lua checks it.
+type need uint32
+
+const (
+	needLock     need = 1 << iota // the lock key's commands and the scripts: every call
+	needQueue                     // the handoff queue: a Locker from New (not NewQuorum)
+	needFence                     // the fence counter: WithFencing
+	needOnce                      // the completion record: Once
+	needAnnounce                  // publishing and hearing releases: optional, waiters poll without it
+	needInspect                   // Inspect
+)
+
+// letters returns n as probe.lua takes it.
+func (n need) letters() string {
+	var b strings.Builder
+	for _, c := range []struct {
+		n      need
+		letter byte
+	}{{needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}} {
+		if n&c.n != 0 {
+			b.WriteByte(c.letter)
+		}
+	}
+	return b.String()
+}
+
+// needs returns what the calls on a lock with cfg need, beyond extra.
+func (l *Locker) needs(cfg *config, extra need) need {
+	n := needLock | extra
+	if !l.quorum {
+		n |= needQueue
+	}
+	if cfg.fencing {
+		n |= needFence
+	}
+	return n
+}
+
+// verify makes sure that the connected user may run what the calls on
+// key with cfg need (see needs), before the first of them changes
+// anything: once per Locker and set of needs, so it costs one round trip
+// on a Locker's first call (and on its first call that needs more, such
+// as its first Once), and nothing after. A user found lacking is asked
+// again on the next call, in case it was granted meanwhile.
+func (l *Locker) verify(ctx context.Context, cfg *config, key string, extra need) error {
+	n := l.needs(cfg, extra)
+	if n&^need(l.verified.Load()) == 0 {
+		return nil
+	}
+	refused, complete, err := l.store.check(ctx, keysOf(cfg.prefix, key), n)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return notObtained(ctx, key)
+	case err != nil:
+		return fmt.Errorf("locksmith: check the permissions for %q: %w", key, err)
+	case len(refused) > 0:
+		return permissionError(refused)
+	}
+	if complete {
+		l.verified.Or(uint32(n))
+	}
+	return nil
+}
+
+func permissionError(refused []string) error {
+	return fmt.Errorf("%w: the Redis user may not run %s", ErrNoPermission, strings.Join(refused, ", "))
+}
+
+// Check reports whether the connected Redis user may run everything this
+// Locker's calls can need: the scripts, the commands on lock keys and
+// their companions (see Keys) under the Locker's prefix, fencing,
+// completion records, Inspect, and publishing and subscribing to release
+// announcements. It returns nil when it may, an error matching
+// ErrNoPermission that names each refused command when it may not, and
+// another error when Redis could not answer. It changes nothing in
+// Redis, and is meant for a health check or an operator.
+//
+// Without announcements locks work, but waiters notice releases only by
+// polling at their retry strategy's delays; everything else is needed.
+// Servers before Redis 7.0 cannot tell a script what its user may run:
+// there Check only shows that scripts run at all. Obtain, WithLock and
+// Once make the same check for what they need, once per Locker, before
+// anything is written.
+func (l *Locker) Check(ctx context.Context) error {
+	if l.err != nil {
+		return l.err
+	}
+	n := l.needs(&l.cfg, needFence|needAnnounce)
+	if !l.quorum {
+		n |= needOnce | needInspect
+	}
+	refused, complete, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)
+	switch {
+	case err != nil:
+		return fmt.Errorf("locksmith: check the permissions: %w", err)
+	case len(refused) > 0:
+		return permissionError(refused)
+	}
+	if complete {
+		// The calls need not ask again.
+		l.verified.Or(uint32(n))
+	}
+	return nil
+}
+
+func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, bool, error) {
+	sub := "subscribe"
+	if s.sharded {
+		sub = "ssubscribe"
+	}
+	res, err := probeScript.Run(ctx, s.client, []string{k.Lock, k.Queue, k.Fence, k.Done},
+		k.Channel, s.publish(), sub, n.letters()).StringSlice()
+	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command") {
+		// The script itself was refused: no EVALSHA or EVAL, or no access
+		// to one of its keys.
+		return []string{fmt.Sprintf("scripts over %q and its companions (%v)", k.Lock, err)}, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return res, true, nil
+}
+
+func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, bool, error) {
+	res, errs := each(ctx, q, maxCleanupWait, func(ctx context.Context, node scriptStore) ([]string, error) {
+		refused, _, err := node.check(ctx, k, n)
+		return refused, err
+	})
+	var refused []string
+	failed := 0
+	for i, r := range res {
+		if errs[i] != nil {
+			failed++
+			continue
+		}
+		for _, what := range r {
+			refused = append(refused, fmt.Sprintf("%s on master %d", what, i))
+		}
+	}
+	if failed >= q.majority() {
+		return nil, false, q.quorumError(errs)
+	}
+	return refused, failed == 0, nil
+}
