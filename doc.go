@@ -57,11 +57,14 @@
 // # Errors
 //
 // Errors wrap the sentinels ErrNotObtained, ErrNotHeld, ErrLockLost,
-// ErrNotReplicated and ErrInvalidArgument; match them with errors.Is, never
-// with ==. ErrNotObtained means someone else holds the lock.
-// ErrNotReplicated means that, with WithReplicas, too few replicas
-// acknowledged the lock in time, so it was released again; treat it as a
-// Redis failure. Apart from ErrInvalidArgument, any other error from
+// ErrNotReplicated, ErrNoPermission and ErrInvalidArgument; match them
+// with errors.Is, never with ==. ErrNotObtained means someone else holds
+// the lock. ErrNotReplicated means that, with WithReplicas, too few
+// replicas acknowledged the lock in time, so it was released again; treat
+// it as a Redis failure. ErrNoPermission means an ACL rule refuses a
+// command the call needs, found before anything was written (see
+// Locker.Check). Apart from ErrInvalidArgument and ErrNoPermission, any
+// other error from
 // Obtain means Redis did not answer, or not in time, so nobody knows
 // whether the lock is free: the caller decides, on purpose, whether to
 // skip the work (fail closed) or do it without the lock (fail open).
