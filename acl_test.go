@@ -52,6 +52,27 @@ func setRules(t *testing.T, admin, c *redis.Client, rules ...string) {
 	require.NoError(t, admin.Do(t.Context(), args...).Err())
 }
 
+// waiterGetsIt starts a waiting Obtain of held's key on w, waits until it
+// is queued, releases held, and checks that the waiter gets the lock (and
+// releases it).
+func waiterGetsIt(t *testing.T, admin redis.UniversalClient, w *locksmith.Locker, held *locksmith.Lock) {
+	t.Helper()
+	ctx := t.Context()
+	got := make(chan error, 1)
+	go func() {
+		lk, err := w.Obtain(ctx, held.Key(), locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	k, err := w.Keys(held.Key())
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+}
+
 // exerciseAPI runs every call of the API as a user of client would, and
 // fails t if any of them fails.
 func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
@@ -72,19 +93,9 @@ func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
 
 	// A waiter of another Locker is handed the lock.
 	other := locksmith.New(client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
-	got := make(chan error, 1)
-	go func() {
-		lk2, err := other.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
-		if err == nil {
-			err = lk2.Release(ctx)
-		}
-		got <- err
-	}()
+	waiterGetsIt(t, admin, other, lk)
 	k, err := l.Keys(key)
 	require.NoError(t, err)
-	eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
-	require.NoError(t, lk.Release(ctx))
-	require.NoError(t, <-got)
 
 	require.NoError(t, l.WithLock(ctx, key, func(ctx context.Context) error { return nil }, locksmith.WithFencing()))
 	fenced, err := l.Obtain(ctx, key, locksmith.WithFencing(), locksmith.WithFenceTTL(time.Minute))
@@ -179,18 +190,7 @@ func TestACLNoChannels(t *testing.T) {
 			// A waiter gets a lock released without an announcement.
 			lk, err = l.Obtain(ctx, key)
 			require.NoError(t, err)
-			got := make(chan error, 1)
-			go func() {
-				lk2, err := l.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
-				if err == nil {
-					err = lk2.Release(ctx)
-				}
-				got <- err
-			}()
-			k, _ := l.Keys(key)
-			eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
-			require.NoError(t, lk.Release(ctx))
-			require.NoError(t, <-got)
+			waiterGetsIt(t, admin, l, lk)
 
 			err = l.Check(ctx)
 			require.ErrorIs(t, err, locksmith.ErrNoPermission)
