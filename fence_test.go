@@ -98,3 +98,43 @@ func TestFenceReachableFromWithLock(t *testing.T) {
 		require.Positive(t, fence)
 	})
 }
+
+// TestFenceTTL checks that WithFenceTTL gives the counter a TTL, on the
+// acquire and on a handoff, and that tokens keep increasing once it has
+// expired.
+func TestFenceTTL(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		key := uniqueKey(t)
+		counter := names(t, "", key).Fence
+		l := locksmith.New(b.client(t), locksmith.WithFencing(), locksmith.WithFenceTTL(time.Hour))
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		ttl := raw.PTTL(ctx, counter).Val()
+		require.Greater(t, ttl, 59*time.Minute, "the counter's TTL after an acquire")
+
+		// A waiter of another Locker is handed the lock, and its token
+		// renews the counter's TTL.
+		require.NoError(t, raw.PExpire(ctx, counter, time.Minute).Err())
+		w := locksmith.New(b.client(t), locksmith.WithFencing(), locksmith.WithFenceTTL(time.Hour))
+		got := obtainInBackground(ctx, w, nil, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		waitQueued(t, raw, key, 1)
+		require.NoError(t, lk.Release(ctx))
+		res := receive(t, got, "fenced waiter")
+		require.NoError(t, res.err)
+		require.Greater(t, res.lk.Fence(), lk.Fence())
+		require.Greater(t, raw.PTTL(ctx, counter).Val(), 59*time.Minute, "the counter's TTL after a handoff")
+		require.NoError(t, res.lk.Release(ctx))
+
+		// The counter expires; the next token is still larger.
+		require.NoError(t, raw.Del(ctx, counter).Err())
+		next, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		require.Greater(t, next.Fence(), res.lk.Fence())
+		require.NoError(t, next.Release(ctx))
+
+		_, err = l.Obtain(ctx, key, locksmith.WithFenceTTL(0))
+		require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	})
+}
