@@ -5,7 +5,7 @@
 // It starts a private redis-server (or uses -redis URL) and the private
 // servers of the quorum and the cluster, pins itself and the servers to
 // different CPUs, and runs four scenarios for every library one after the
-// other, printing one table per scenario. See README.md.
+// other, printing one table per scenario. See README.md here and docs/performance.md at the root.
 //
 // Usage, from this directory:
 //
@@ -195,7 +195,7 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	for _, note := range skipped {
 		fmt.Printf("  - %s\n", note)
 	}
-	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see README.md")
+	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
 }
 
 // moduleVersions lists the versions of the measured modules in this build.
