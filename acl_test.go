@@ -317,3 +317,65 @@ func TestUnderMaxmemory(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))
 }
+
+// TestPermissionCheckOncePerLocker: the first call of a Locker checks the
+// user's permissions (one script), later calls send nothing more, and a
+// call that needs more (Once) checks once more.
+func TestPermissionCheckOncePerLocker(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	cnt := &counter{}
+	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{cnt}))
+	// Load the scripts, so that no NOSCRIPT fallback is counted.
+	warm := locksmith.New(srv.Client(t))
+	warmUp(t, warm)
+	_, err := warm.Once(ctx, uniqueKey(t), func(context.Context) error { return nil })
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	cycle := func() int {
+		t.Helper()
+		cnt.reset()
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+		return cnt.count()
+	}
+	require.Equal(t, 3, cycle(), "the first cycle: the check, SET, the release")
+	require.Equal(t, 2, cycle(), "later cycles: SET and the release only")
+	cnt.reset()
+	_, err = l.Once(ctx, key, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	first := cnt.count()
+	cnt.reset()
+	_, err = l.Once(ctx, uniqueKey(t), func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, first-1, cnt.count(), "the second Once sends no check")
+}
+
+// TestPermissionCheckOnQuorum: a master of a quorum whose user lacks a
+// command refuses the call before anything is written on any master.
+func TestPermissionCheckOnQuorum(t *testing.T) {
+	var clients []redis.UniversalClient
+	var admins []*redis.Client
+	for i := range 3 {
+		srv := redistest.New(t)
+		rules := []string{"~*", "&*", "+@all", "-@dangerous"}
+		if i == 1 {
+			rules = append(rules, "-pexpire")
+		}
+		c, admin := aclUser(t, srv, rules...)
+		clients = append(clients, c)
+		admins = append(admins, admin)
+	}
+	ctx := t.Context()
+	l := locksmith.NewQuorum(clients)
+	key := uniqueKey(t)
+	_, err := l.Obtain(ctx, key)
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.ErrorContains(t, err, "PEXPIRE")
+	require.ErrorContains(t, err, "master 1")
+	for i, a := range admins {
+		require.Zero(t, a.Exists(ctx, key).Val(), "master %d holds the lock", i)
+	}
+	require.ErrorIs(t, l.Check(ctx), locksmith.ErrNoPermission)
+}
