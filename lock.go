@@ -195,7 +195,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 		if h, since := l.notify.takeHandoff(w); h != nil {
 			return l.handedOver(ctx, key, rkey, cfg, w, h, since)
 		}
-		tryNow, tryAt, polling := l.notify.plan(w)
+		tryNow, tryAt, head := l.notify.plan(w)
 		if !tryNow {
 			wakeAt := slotEnd
 			if !tryAt.IsZero() && tryAt.Before(wakeAt) {
@@ -211,16 +211,16 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			}
 			now := time.Now()
 			slotOver := !now.Before(slotEnd)
-			// Try when polling at the end of a slot, or when the
-			// holder's TTL has run out without an announcement (or the
-			// queue entry is due for renewal).
-			tryNow = (polling && slotOver) || (!tryAt.IsZero() && !now.Before(tryAt))
+			// The head tries at the end of each slot, since a release
+			// may not have been announced, and when the holder's TTL has
+			// run out (or its queue entry is due for renewal).
+			tryNow = (head && slotOver) || (!tryAt.IsZero() && !now.Before(tryAt))
 			if !tryNow {
 				if !slotOver {
 					continue
 				}
-				// Nothing was released: this slot passes without an
-				// attempt, which could only have failed.
+				// Behind the head: this slot passes without an attempt,
+				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
 					return nil, heldElsewhere(key)
