@@ -122,6 +122,11 @@ them as numbers). A holder that was paused or cut off from Redis may run
 on after its lock has expired and passed to another; to be safe from it,
 COMMAND passes the token with every write, and the resource remembers the
 largest token it has seen and refuses writes that carry a smaller one.
+The counter that issues the tokens is kept for ever, one per KEY; with
+--fence-ttl DURATION it expires DURATION after the last token was taken,
+for keys used once (a date or an order number in KEY). Tokens still grow
+after it expired, since each is at least the server's clock in
+microseconds: pick DURATION longer than any step back of that clock.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are
 passed on to COMMAND's process group; the lock is released once COMMAND
