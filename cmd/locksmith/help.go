@@ -228,7 +228,11 @@ time that was left); without --force it deletes nothing and exits 64.
 The holder is not asked. A locksmith run holding the lock finds out at its
 next renewal, within a third of its TTL, and stops its COMMAND as for any
 lost lock; a program using the Go library sees its lease context cancelled
-with ErrLockLost. Until then, both may run.
+with ErrLockLost. Until then, both may run. Waiters (run --wait, or the
+library's Obtain with a retry strategy) are told of the release, as of any
+release, and try at once; a user whose ACL grants no rights on the lock's
+channels still deletes the lock, and its waiters notice at their next
+attempt.
 
 Flags:
 
