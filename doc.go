@@ -35,11 +35,14 @@
 //	}
 //
 // By default Obtain tries once; WithRetry sets a RetryStrategy to wait for
-// the lock instead, and the caller's context bounds the wait. Waiters do
-// not poll: a waiter is queued in Redis when it finds the lock taken, and
-// a release hands the lock straight to the first waiter queued, in the
-// same round trip, announcing it to the waiter's Locker; within a Locker,
-// waiters are served in arrival order.
+// the lock instead, and the caller's context bounds the wait. A waiter is
+// queued in Redis when it finds the lock taken, and a release hands the
+// lock straight to the first waiter queued, in the same round trip,
+// announcing it to the waiter's Locker; within a Locker, waiters are
+// served in arrival order. Releases that are not announced (a key that
+// expired or was deleted by hand, a holder using the plain SET NX recipe)
+// are noticed within one retry delay and a round trip: the first waiter
+// of each Locker tries once per delay, however many goroutines wait.
 //
 // Once runs a job under the lock unless a completion record says it already
 // ran, and writes that record together with the release.

@@ -209,6 +209,19 @@ func (c *counter) count() int {
 	return n
 }
 
+// countOf returns how many commands named name (lower case) were sent.
+func (c *counter) countOf(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, got := range c.names {
+		if got == name {
+			n++
+		}
+	}
+	return n
+}
+
 // fault is a hook that injects failures into the commands that act on
 // locks: script calls and the plain SET of a first acquire.
 type fault struct {

@@ -19,6 +19,12 @@ import (
 // the release at the end of WithLock.
 const maxCleanupWait = 5 * time.Second
 
+// lostReleaseWait bounds the release at the end of WithLock once the lock
+// is lost or past its Deadline: its key is gone, or expires by itself
+// within the drift allowance, so the release can at best free it a little
+// early, and is not worth holding the caller up for.
+const lostReleaseWait = time.Second
+
 // A Locker hands out locks stored in one Redis deployment. It holds the
 // client and the default options, and queues its callers that wait for a
 // lock; it keeps no state for locks that are held, so one Locker can serve
@@ -203,7 +209,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 		if h, since := l.notify.takeHandoff(w); h != nil {
 			return l.handedOver(ctx, key, rkey, cfg, w, h, since)
 		}
-		tryNow, tryAt, polling := l.notify.plan(w)
+		tryNow, tryAt, head := l.notify.plan(w)
 		if !tryNow {
 			wakeAt := slotEnd
 			if !tryAt.IsZero() && tryAt.Before(wakeAt) {
@@ -219,16 +225,16 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			}
 			now := time.Now()
 			slotOver := !now.Before(slotEnd)
-			// Try when polling at the end of a slot, or when the
-			// holder's TTL has run out without an announcement (or the
-			// queue entry is due for renewal).
-			tryNow = (polling && slotOver) || (!tryAt.IsZero() && !now.Before(tryAt))
+			// The head tries at the end of each slot, since a release
+			// may not have been announced, and when the holder's TTL has
+			// run out (or its queue entry is due for renewal).
+			tryNow = (head && slotOver) || (!tryAt.IsZero() && !now.Before(tryAt))
 			if !tryNow {
 				if !slotOver {
 					continue
 				}
-				// Nothing was released: this slot passes without an
-				// attempt, which could only have failed.
+				// Behind the head: this slot passes without an attempt,
+				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
 					return nil, heldElsewhere(key)
@@ -431,13 +437,26 @@ func deleteIfOwned(ctx context.Context, lk *Lock) {
 // Inside fn, LockFromContext returns the lock.
 //
 // WithLock returns the error from Obtain if the lock was not obtained, and
-// otherwise fn's error. If the lock was lost while fn ran, the result
-// matches ErrLockLost even when fn returned nil. That includes the release
+// otherwise fn's error. If the lock was lost while fn ran, or before the
+// release succeeded, the result matches ErrLockLost even when fn returned
+// nil. That includes the release
 // finding the lock already gone, which is also what a release looks like
 // when its reply was lost and the client resent it after the first one
-// had deleted the key: a false alarm, on the safe side. The release runs on a
-// context that ignores the cancellation of ctx but is bounded in time; if it
-// fails, its error is joined to the result.
+// had deleted the key: a false alarm, on the safe side.
+//
+// The release runs on a context that ignores the cancellation of ctx but
+// is bounded in time: it gets the TTL or 5s, whichever is shorter, and no
+// more than 1s (or the TTL, if shorter) once the lock is lost or past its
+// Deadline; a lost lock's key is gone or expires by itself within the
+// drift allowance, so waiting longer could free it only a little early.
+// So when fn returns promptly on its context's cancellation, WithLock
+// returns at most about 1s after the lock is lost, even when Redis has
+// stopped answering. The bound needs a client that honours contexts
+// (go-redis Options.ContextTimeoutEnabled); otherwise a release to an
+// unresponsive Redis, and a renewal in flight that the release waits
+// for, take the client's read timeout (3s by default). If the release
+// fails, its error is joined to the result, except, after a loss, an
+// error matching ErrNotHeld, which only repeats what the loss says.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
@@ -469,7 +488,7 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 		// continues with its original stack.
 		defer endLease()
 		lost := lk.lostCause()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(lk.cfg.ttl, maxCleanupWait))
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(lk, lost != nil))
 		var relErr error
 		if finish != nil && returned && err == nil && lost == nil {
 			relErr = finish(rctx, lk)
@@ -477,10 +496,17 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 			relErr = lk.Release(rctx)
 		}
 		cancel()
+		if lost == nil {
+			// The Deadline may have passed while the release hung.
+			lost = lk.lostCause()
+		}
 		switch {
 		case lost != nil:
 			if !errors.Is(err, ErrLockLost) {
 				err = errors.Join(err, lost)
+			}
+			if relErr != nil && !errors.Is(relErr, ErrNotHeld) {
+				err = errors.Join(err, relErr)
 			}
 		case errors.Is(relErr, ErrNotHeld):
 			// Neither the lease nor fn noticed, but the lock was gone
@@ -493,6 +519,21 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 	err = fn(lk.Lease(leaseCtx))
 	returned = true
 	return err
+}
+
+// releaseDeadline returns when the release at the end of WithLock gives
+// up, as WithLock describes; lost is whether the lock is known lost.
+func releaseDeadline(lk *Lock, lost bool) time.Time {
+	now := time.Now()
+	end := lk.Deadline()
+	if lost || end.Before(now) {
+		end = now
+	}
+	end = end.Add(min(lk.cfg.ttl, lostReleaseWait))
+	if limit := now.Add(min(lk.cfg.ttl, maxCleanupWait)); limit.Before(end) {
+		return limit
+	}
+	return end
 }
 
 // A Lock is a handle to one acquisition of a lock. Its methods are safe for

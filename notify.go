@@ -30,20 +30,27 @@ import (
 // those already waiting. A head that is not queued in Redis yet (it just
 // became the head) tries at once, which queues it.
 //
-// Releases that are not announced (the holder crashed and its key
-// expired, or someone deleted the key by hand) are caught by the holder's
-// remaining TTL, which every failed attempt reports: the head tries again
-// when it runs out. While the subscription is not confirmed (it is being
-// set up, or its connection dropped and go-redis is reconnecting), the head
-// instead tries at every delay of its retry strategy, as a polling waiter
-// would, and after the subscription is confirmed again it tries once more
-// to catch releases announced while it was down.
+// Not every release is announced: the holder may crash and its key
+// expire, someone may delete the key by hand, or another client may
+// hold the same key with the plain recipe (SET NX, then a compare-and-
+// delete that publishes nothing). Keyspace notifications would tell, but
+// they are off by default and cannot be relied on. So the head of each
+// Locker's queue also polls: it tries at the end of every delay of its
+// retry strategy, and when the holder's remaining TTL, which every failed
+// attempt reports, runs out first. An unannounced release is noticed
+// within one delay and a round trip, at the cost of one attempt per delay
+// per Locker and key, however many goroutines wait; the announcements
+// only make the common case faster. While the subscription is not
+// confirmed (it is being set up, or its connection dropped and go-redis
+// is reconnecting) the head polls the same way, and after the
+// subscription is confirmed again it tries once more, at once, to catch
+// releases announced while it was down.
 //
 // The retry strategy keeps its meaning: each delay it returns is a slot in
 // which the waiter may try, and the waiter gives up when the strategy
-// does. A waiter that is not allowed to try in a slot (it is not at the
-// head of the queue, or nothing has been released) lets the slot pass
-// without sending anything; it would have lost anyway.
+// does. The head tries in every slot, at its end unless an announcement
+// woke it sooner; a waiter behind the head lets its slots pass without
+// sending anything, since the head would have won before it.
 
 // Timing of the notification machinery.
 const (
@@ -311,14 +318,16 @@ func (n *notifier) kickLocked(q *keyQueue) {
 }
 
 // plan tells waiter w what to do next: try now, or sleep until at most
-// tryAt (zero: until woken or its retry slot ends) and then try.
-func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) {
+// tryAt (zero: until woken or its retry slot ends) and then try. head is
+// whether w is at the head of its queue, and so tries at the end of its
+// retry slot too.
+func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, head bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := w.q
 	switch {
 	case q.woken == w && time.Now().Before(q.notBefore):
-		return false, q.notBefore, false
+		return false, q.notBefore, true
 	case q.woken == w:
 		return true, time.Time{}, false
 	case w.missed:
@@ -334,9 +343,7 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, polling bool) 
 	if w.queued && (tryAt.IsZero() || w.renewAt.Before(tryAt)) {
 		tryAt = w.renewAt
 	}
-	// While the subscription is not confirmed, unannounced releases are
-	// possible: poll at the strategy's delays.
-	return false, tryAt, !q.conn.up || !q.subscribed
+	return false, tryAt, true
 }
 
 // sending records that w is about to send an attempt.

@@ -69,7 +69,9 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := l.Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
+				// The head polls once per delay (see
+				// TestPollingDoesNotGrowWithWaiters): make that never.
+				_, err := l.Obtain(wctx, key, locksmith.WithRetry(forever))
 				if !errors.Is(err, context.Canceled) {
 					t.Errorf("Obtain = %v, want context.Canceled", err)
 				}
@@ -263,4 +265,179 @@ func TestWaiterWokenOnCluster(t *testing.T) {
 	}
 	// TestClusterReleaseAnnouncedBySPublish checks, on every master,
 	// that the announcements were sharded.
+}
+
+// compareAndDelete is the release of the plain recipe other clients use
+// (SET key token NX EX, then this): it announces nothing.
+var compareAndDelete = redis.NewScript(
+	`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+
+// noticeBound is how soon a waiter polling every 50ms must notice a
+// release that was not announced: many delays on a busy machine, and well
+// under what waiters used to wait for (their queue entry's renewal, 2s
+// after their last attempt, or, unqueued, the holder's 30s TTL).
+const noticeBound = time.Second
+
+// requireUnannouncedReleaseNoticed holds key with the plain recipe, with
+// a 30s TTL, on every one of servers, lets a waiter from waiter (whose
+// attempts cnt counts) wait for it, releases it with release and checks
+// that the waiter obtains the lock within noticeBound.
+func requireUnannouncedReleaseNoticed(t *testing.T, servers []*redis.Client, waiter *locksmith.Locker, cnt *counter,
+	key string, release func(ctx context.Context, c *redis.Client, key, token string) error, opts ...locksmith.Option) {
+	t.Helper()
+	ctx := t.Context()
+	const token = "plain-recipe-holder"
+	for _, c := range servers {
+		require.NoError(t, c.SetNX(ctx, key, token, 30*time.Second).Err())
+	}
+	type result struct {
+		lk  *locksmith.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		lk, err := waiter.Obtain(wctx, key, append(opts, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))...)
+		got <- result{lk, err, time.Now()}
+	}()
+	// Three attempts: past the first one and the one that follows the
+	// subscription's confirmation, so the waiter is waiting on its own.
+	eventually(t, 5*time.Second, func() bool { return cnt.countOf("evalsha") >= 3 }, "the waiter did not try three times")
+	for _, c := range servers {
+		require.NoError(t, release(ctx, c, key, token))
+	}
+	released := time.Now()
+	r := <-got
+	require.NoError(t, r.err)
+	took := r.at.Sub(released)
+	t.Logf("obtained %v after the unannounced release", took)
+	require.Less(t, took, noticeBound, "the waiter noticed the release too late")
+	require.NoError(t, r.lk.Release(ctx))
+}
+
+// unannouncedReleases are the ways a lock is freed without an
+// announcement.
+var unannouncedReleases = []struct {
+	name    string
+	release func(ctx context.Context, c *redis.Client, key, token string) error
+}{
+	{"compare-and-delete", func(ctx context.Context, c *redis.Client, key, token string) error {
+		n, err := compareAndDelete.Run(ctx, c, []string{key}, token).Int()
+		if err == nil && n != 1 {
+			err = errors.New("compare-and-delete deleted nothing")
+		}
+		return err
+	}},
+	{"DEL", func(ctx context.Context, c *redis.Client, key, _ string) error {
+		return c.Del(ctx, key).Err()
+	}},
+}
+
+func TestUnannouncedReleaseNoticed(t *testing.T) {
+	srv := redistest.Shared(t)
+	for _, rel := range unannouncedReleases {
+		t.Run(rel.name, func(t *testing.T) {
+			cnt := &counter{}
+			waiter := locksmith.New(newClient(t, srv.Options(), []redis.Hook{cnt}))
+			requireUnannouncedReleaseNoticed(t, []*redis.Client{srv.Client(t)}, waiter, cnt, uniqueKey(t), rel.release)
+		})
+	}
+}
+
+func TestUnannouncedReleaseNoticedByQuorum(t *testing.T) {
+	var (
+		raw     []*redis.Client
+		clients []redis.UniversalClient
+	)
+	cnt := &counter{}
+	for i := range 3 {
+		srv := redistest.New(t)
+		raw = append(raw, srv.Client(t))
+		var hooks []redis.Hook
+		if i == 0 {
+			hooks = append(hooks, cnt) // one count per attempt
+		}
+		opt := srv.Options()
+		opt.ContextTimeoutEnabled = true
+		clients = append(clients, newClient(t, opt, hooks))
+	}
+	waiter := locksmith.NewQuorum(clients)
+	for _, rel := range unannouncedReleases {
+		t.Run(rel.name, func(t *testing.T) {
+			cnt.reset()
+			requireUnannouncedReleaseNoticed(t, raw, waiter, cnt, uniqueKey(t), rel.release)
+		})
+	}
+}
+
+func TestUnannouncedReleaseNoticedWithReplicas(t *testing.T) {
+	primary := redistest.New(t, "--repl-diskless-sync-delay", "0")
+	startReplica(t, primary)
+	cnt := &counter{}
+	waiter := locksmith.New(newClient(t, primary.Options(), []redis.Hook{cnt}))
+	for _, rel := range unannouncedReleases {
+		t.Run(rel.name, func(t *testing.T) {
+			cnt.reset()
+			requireUnannouncedReleaseNoticed(t, []*redis.Client{primary.Client(t)}, waiter, cnt, uniqueKey(t), rel.release,
+				locksmith.WithReplicas(1, time.Second))
+		})
+	}
+}
+
+// TestPollingDoesNotGrowWithWaiters checks the cost of noticing releases
+// that are not announced: only the head of a Locker's queue polls, once
+// per delay, however many goroutines wait.
+func TestPollingDoesNotGrowWithWaiters(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	key := uniqueKey(t)
+	holder, err := locksmith.New(srv.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	defer holder.Release(ctx)
+
+	cnt := &counter{}
+	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{cnt}))
+	const (
+		waiters = 16
+		delay   = 50 * time.Millisecond
+	)
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	errs := make(chan error, waiters)
+	wait := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := l.Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(delay)))
+			errs <- err
+		}()
+	}
+	// The first waiter is queued (and polling) once it has tried twice;
+	// the others then join its queue without trying.
+	wait()
+	eventually(t, 5*time.Second, func() bool { return cnt.countOf("evalsha") >= 2 }, "the first waiter did not poll")
+	for range waiters - 1 {
+		wait()
+	}
+	cnt.reset()
+	start := time.Now()
+	time.Sleep(time.Second) // the window in which attempts are counted
+	attempts := cnt.countOf("evalsha")
+	window := time.Since(start)
+	cancel()
+	for range waiters {
+		require.ErrorIs(t, <-errs, context.Canceled)
+	}
+	slots := int(window / delay)
+	t.Logf("%d waiters, %v: %d attempts in %d delays", waiters, window.Round(time.Millisecond), attempts, slots)
+	require.Positive(t, attempts, "nobody polled")
+	require.LessOrEqual(t, attempts, slots+2, "more than one attempt per delay")
 }

@@ -105,7 +105,8 @@ var errAlreadyDone = errors.New("locksmith: already done")
 // returns (false, nil). If ctx ends before the lock is obtained, the error
 // matches both ErrNotObtained and ctx.Err().
 //
-// No record is written, and the lock is released as WithLock releases it,
+// No record is written, and the lock is released as WithLock releases it
+// (within the same time bounds, and with its error joined in the same way),
 // when fn returns an error (Once returns it), when fn panics (the panic is
 // passed on after the release), or when the lock was lost before the
 // record could be written: then the error matches ErrLockLost, even if fn

@@ -45,8 +45,9 @@ import (
 // of writes, and a quorum of clocks is no better. WithReplicas and Once are
 // refused too. A release cannot hand the lock over on a majority in one
 // step, so waiters are not queued: they are woken by release
-// announcements heard on the first master, and try; when it is down they
-// poll at their strategy's delays.
+// announcements heard on the first master, and try, and the first waiter
+// of each Locker also tries at every delay of its strategy, as on one
+// server (see Obtain), which catches releases not announced.
 //
 // New never fails; fewer than one client, a nil client, or an invalid
 // option makes every call on the Locker return an error matching

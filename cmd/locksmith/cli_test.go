@@ -72,6 +72,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--key", "k", "--grace", "-1s", "--", "touch", marker}, "--grace"},
 		{[]string{"run", "--key", "k", "--done-ttl", "1h", "--", "touch", marker}, "--done-ttl needs --once"},
 		{[]string{"run", "--key", "k", "--once", "--done-ttl", "0s", "--", "touch", marker}, "--done-ttl 0s is under 1ms"},
+		{[]string{"run", "--key", "k", "--fence-ttl", "1h", "--", "touch", marker}, "--fence-ttl needs --fencing"},
+		{[]string{"run", "--key", "k", "--fencing", "--fence-ttl", "0s", "--", "touch", marker}, "--fence-ttl 0s is under 1ms"},
 		{[]string{"run", "--key", "k", "--timeout", "0s", "--", "touch", marker}, "--timeout"},
 		{[]string{"run", "--key", "k", "--bogus", "--", "touch", marker}, "-bogus"},
 		{[]string{"run", "--key", "k", "--redis", "http://localhost/", "--", "touch", marker}, "invalid URL scheme"},

@@ -122,6 +122,11 @@ them as numbers). A holder that was paused or cut off from Redis may run
 on after its lock has expired and passed to another; to be safe from it,
 COMMAND passes the token with every write, and the resource remembers the
 largest token it has seen and refuses writes that carry a smaller one.
+The counter that issues the tokens is kept for ever, one per KEY; with
+--fence-ttl DURATION it expires DURATION after the last token was taken,
+for keys used once (a date or an order number in KEY). Tokens still grow
+after it expired, since each is at least the server's clock in
+microseconds: pick DURATION longer than any step back of that clock.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to run are
 passed on to COMMAND's process group; the lock is released once COMMAND
@@ -223,7 +228,11 @@ time that was left); without --force it deletes nothing and exits 64.
 The holder is not asked. A locksmith run holding the lock finds out at its
 next renewal, within a third of its TTL, and stops its COMMAND as for any
 lost lock; a program using the Go library sees its lease context cancelled
-with ErrLockLost. Until then, both may run.
+with ErrLockLost. Until then, both may run. Waiters (run --wait, or the
+library's Obtain with a retry strategy) are told of the release, as of any
+release, and try at once; a user whose ACL grants no rights on the lock's
+channels still deletes the lock, and its waiters notice at their next
+attempt.
 
 Flags:
 

@@ -57,14 +57,20 @@ func newLockState(c *connFlags, s locksmith.LockStatus) lockState {
 }
 
 // deleteLock deletes the lock that c names, and returns what it deleted,
-// read in the same MULTI/EXEC transaction.
+// read in the same MULTI/EXEC transaction. It then announces the release
+// on the lock's release channel, as the library's release does, so that
+// waiting Lockers try at once rather than at their next poll.
 func deleteLock(ctx context.Context, client redis.UniversalClient, c *connFlags) (lockState, error) {
-	st := lockState{Key: c.key, RedisKey: c.prefix + c.key}
+	keys, err := locksmith.New(client, locksmith.WithPrefix(c.prefix)).Keys(c.key)
+	if err != nil {
+		return lockState{}, err
+	}
+	st := lockState{Key: c.key, RedisKey: keys.Lock}
 	var (
 		get  *redis.StringCmd
 		pttl *redis.DurationCmd
 	)
-	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, st.RedisKey)
 		pttl = p.PTTL(ctx, st.RedisKey)
 		p.Del(ctx, st.RedisKey)
@@ -81,7 +87,23 @@ func deleteLock(ctx context.Context, client redis.UniversalClient, c *connFlags)
 		return st, err
 	}
 	st.setHeld(token, pttl.Val())
+	announceRelease(ctx, client, keys.Channel)
 	return st, nil
+}
+
+// announceRelease publishes the empty message of a plain release on
+// channel: with SPUBLISH on Redis Cluster, where the library subscribes
+// with SSUBSCRIBE, and PUBLISH elsewhere. It is sent after the
+// transaction, not in it, because a command refused in a MULTI (a user
+// whose ACL grants no channel rights gets NOPERM) aborts the whole EXEC;
+// and its error is dropped, because the lock is deleted whether or not
+// waiters hear of it: they notice at their next attempt.
+func announceRelease(ctx context.Context, client redis.UniversalClient, channel string) {
+	if _, sharded := client.(*redis.ClusterClient); sharded {
+		_ = client.SPublish(ctx, channel, "").Err()
+		return
+	}
+	_ = client.Publish(ctx, channel, "").Err()
 }
 
 // setHeld records that the lock is held by token, with ttl left; a

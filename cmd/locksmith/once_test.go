@@ -237,6 +237,48 @@ func TestRunFencing(t *testing.T) {
 	}
 }
 
+// run --fencing --fence-ttl: the fence counter expires that long after
+// the last token was taken; without --fence-ttl it never expires.
+func TestRunFenceTTL(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		// want is the counter's TTL: at most this, and more than half
+		// of it; zero for no expiry
+		want time.Duration
+	}{
+		{"fence-ttl", []string{"--fencing", "--fence-ttl", "1h"}, time.Hour},
+		{"none", []string{"--fencing"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := uniqueKey(t)
+			args := append(append([]string{"run", "--redis", url, "--key", key}, tc.flags...), "--", "true")
+			if code, _, stderr := locksmith(t, nil, args...); code != 0 {
+				t.Fatalf("run: exit %d, stderr %q", code, stderr)
+			}
+			keys, err := library.New(client).Keys(key, library.WithPrefix("locksmith:"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ttl, err := client.PTTL(ctx, keys.Fence).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case ttl == -2:
+				t.Fatalf("no fence counter at %q", keys.Fence)
+			case tc.want == 0 && ttl != -1:
+				t.Errorf("fence counter TTL %v, want none", ttl)
+			case tc.want != 0 && (ttl <= tc.want/2 || ttl > tc.want):
+				t.Errorf("fence counter TTL %v, want about %v", ttl, tc.want)
+			}
+		})
+	}
+}
+
 // run --once --fencing: the command gets its fence, and once it has
 // succeeded, status shows the fence and the record: when, by which
 // locksmith, under which token.

@@ -70,6 +70,9 @@ type runFlags struct {
 	doneTTL time.Duration
 	// doneTTLSet is true when --done-ttl was given.
 	doneTTLSet bool
+	fenceTTL   time.Duration // zero: the counter never expires
+	// fenceTTLSet is true when --fence-ttl was given.
+	fenceTTLSet bool
 }
 
 func runFlagSet(f *runFlags) *flag.FlagSet {
@@ -84,6 +87,8 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	set.BoolVar(&f.once, "once", false,
 		fmt.Sprintf("run COMMAND only if no run under KEY has succeeded (else exit %d), and record its success for --done-ttl", exitDone))
 	set.DurationVar(&f.doneTTL, "done-ttl", locksmith.DefaultDoneTTL, "with --once, how long a success is recorded: KEY runs again after that")
+	set.DurationVar(&f.fenceTTL, "fence-ttl", 0,
+		"with --fencing, expire KEY's fence counter `DURATION` after the last token was taken (default: never)")
 	return set
 }
 
@@ -102,6 +107,10 @@ func (f *runFlags) check(command []string) error {
 		return errors.New("--done-ttl needs --once")
 	case f.doneTTL < time.Millisecond:
 		return fmt.Errorf("--done-ttl %v is under 1ms", f.doneTTL)
+	case f.fenceTTLSet && !f.fencing:
+		return errors.New("--fence-ttl needs --fencing")
+	case f.fenceTTLSet && f.fenceTTL < time.Millisecond:
+		return fmt.Errorf("--fence-ttl %v is under 1ms", f.fenceTTL)
 	case len(command) == 0:
 		return errors.New("no COMMAND given")
 	}
@@ -115,7 +124,10 @@ func (u *ui) run(args []string) int {
 	if code, ok := u.parseFlags(set, "run", args); !ok {
 		return code
 	}
-	set.Visit(func(fl *flag.Flag) { f.doneTTLSet = f.doneTTLSet || fl.Name == "done-ttl" })
+	set.Visit(func(fl *flag.Flag) {
+		f.doneTTLSet = f.doneTTLSet || fl.Name == "done-ttl"
+		f.fenceTTLSet = f.fenceTTLSet || fl.Name == "fence-ttl"
+	})
 	command := set.Args()
 	if err := f.check(command); err != nil {
 		return u.usageError("run", err)
@@ -144,6 +156,9 @@ func (u *ui) run(args []string) int {
 	opts := []locksmith.Option{locksmith.WithPrefix(f.prefix), locksmith.WithTTL(f.ttl), locksmith.WithDoneTTL(f.doneTTL)}
 	if f.fencing {
 		opts = append(opts, locksmith.WithFencing())
+	}
+	if f.fenceTTLSet {
+		opts = append(opts, locksmith.WithFenceTTL(f.fenceTTL))
 	}
 	r := &runner{
 		ui:      u,

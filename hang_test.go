@@ -1,0 +1,92 @@
+//go:build unix
+
+package locksmith_test
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+// freeze stops srv's process (SIGSTOP), so that it accepts connections
+// and requests but answers nothing, until t ends.
+func freeze(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	pid := srv.Pid()
+	require.NotZero(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+}
+
+// TestReturnsPromptlyAfterLossWhenRedisHangs checks that WithLock and
+// Once, whose function returns when its lease ends, return within the
+// release's bound after a loss (1s, see WithLock) although Redis answers
+// nothing, and report the failed release besides the loss. They used to
+// give the release the whole TTL (3s here) and drop its error.
+func TestReturnsPromptlyAfterLossWhenRedisHangs(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, l *locksmith.Locker, key string, fn func(context.Context) error) error
+	}{
+		{"WithLock", func(t *testing.T, l *locksmith.Locker, key string, fn func(context.Context) error) error {
+			return l.WithLock(t.Context(), key, fn)
+		}},
+		{"Once", func(t *testing.T, l *locksmith.Locker, key string, fn func(context.Context) error) error {
+			ran, err := l.Once(t.Context(), key, fn)
+			require.True(t, ran)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.New(t)
+			opt := srv.Options()
+			opt.ContextTimeoutEnabled = true
+			l := locksmith.New(newClient(t, opt, nil), locksmith.WithTTL(ttl))
+			var lostAt time.Time
+			err := tc.run(t, l, uniqueKey(t), func(ctx context.Context) error {
+				freeze(t, srv)
+				<-ctx.Done()
+				lostAt = time.Now()
+				return nil
+			})
+			took := time.Since(lostAt)
+			t.Logf("returned %v after the loss: %v", took, err)
+			require.ErrorIs(t, err, locksmith.ErrLockLost)
+			require.Contains(t, err.Error(), "ran out before a renewal succeeded", "the loss is not reported")
+			require.Contains(t, err.Error(), "locksmith: release", "the failed release is not reported")
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the release did not end on its deadline")
+			require.Less(t, took, 2*time.Second, "returned too long after the loss")
+		})
+	}
+}
+
+// TestReleaseEndsSoonAfterDeadlineWhenRedisHangs checks the release that
+// starts while the lock is still valid but Redis answers nothing: it gives
+// up 1s past the lock's Deadline, not after the whole TTL.
+func TestReleaseEndsSoonAfterDeadlineWhenRedisHangs(t *testing.T) {
+	const ttl = 3 * time.Second
+	srv := redistest.New(t)
+	opt := srv.Options()
+	opt.ContextTimeoutEnabled = true
+	l := locksmith.New(newClient(t, opt, nil), locksmith.WithTTL(ttl))
+	var deadline time.Time
+	err := l.WithLock(t.Context(), uniqueKey(t), func(ctx context.Context) error {
+		deadline = locksmith.LockFromContext(ctx).Deadline()
+		freeze(t, srv)
+		// Return, unaware of any trouble, shortly before the Deadline.
+		eventually(t, ttl, func() bool { return time.Until(deadline) < 300*time.Millisecond }, "the Deadline did not approach")
+		return nil
+	})
+	past := time.Since(deadline)
+	t.Logf("returned %v past the Deadline: %v", past, err)
+	require.ErrorIs(t, err, locksmith.ErrLockLost)
+	require.Contains(t, err.Error(), "locksmith: release", "the failed release is not reported")
+	require.Less(t, past, 2*time.Second, "the release outlasted the Deadline by too much")
+}
