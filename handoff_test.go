@@ -207,7 +207,8 @@ func TestHandoffSendsNoRequest(t *testing.T) {
 				announced := subscribeReleases(t, raw, tc.key)
 
 				cnt, done := &counter{}, &scripts{}
-				l := locksmith.New(b.client(t, cnt, done), locksmith.WithTTL(ttl))
+				l := checked(t, locksmith.New(b.client(t, cnt, done), locksmith.WithTTL(ttl)), &done.n)
+				cnt.reset()
 				called := time.Now()
 				got := obtainInBackground(ctx, l, cnt, tc.key, locksmith.WithRetry(forever))
 				waitQueued(t, raw, tc.key, 1)
@@ -295,7 +296,7 @@ func TestHandoffFirstComeFirstServed(t *testing.T) {
 		)
 		for i := range waiters {
 			done := &scripts{}
-			l := locksmith.New(b.client(t, done), locksmith.WithTTL(10*time.Second))
+			l := checked(t, locksmith.New(b.client(t, done), locksmith.WithTTL(10*time.Second)), &done.n)
 			got[i] = obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
 			waitQueued(t, raw, key, i+1)
 			done.wait(t, 2)
@@ -520,7 +521,7 @@ func TestHandoffMissedAnnouncement(t *testing.T) {
 	holder := holdLong(t, srv.Client(t), key, locksmith.WithFencing())
 
 	done := &scripts{}
-	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{done}), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second))
+	l := checked(t, locksmith.New(newClient(t, srv.Options(), []redis.Hook{done}), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second)), &done.n)
 	got := obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
 	waitQueued(t, raw, key, 1)
 	done.wait(t, 2)
@@ -685,7 +686,7 @@ func TestHandoffNotQueued(t *testing.T) {
 			opt.ContextTimeoutEnabled = true
 			cs = append(cs, newClient(t, opt, []redis.Hook{done}))
 		}
-		got := obtainInBackground(ctx, locksmith.NewQuorum(cs), nil, key, locksmith.WithRetry(forever))
+		got := obtainInBackground(ctx, checked(t, locksmith.NewQuorum(cs), &done.n), nil, key, locksmith.WithRetry(forever))
 		// Two attempts on each master: the first, and the one when its
 		// subscription is confirmed.
 		done.wait(t, 2*int64(len(q.servers)))
@@ -717,7 +718,7 @@ func TestHandoffNotQueued(t *testing.T) {
 
 			done := &scripts{}
 			wctx, cancel := context.WithCancel(ctx)
-			got := obtainInBackground(wctx, locksmith.New(b.client(t, done)), nil, key,
+			got := obtainInBackground(wctx, checked(t, locksmith.New(b.client(t, done)), &done.n), nil, key,
 				locksmith.WithRetry(forever), locksmith.WithReplicas(1, 10*time.Millisecond))
 			done.wait(t, 2)
 			require.Zero(t, raw.Exists(ctx, queueKey(key)).Val(), "a waiter for replicas was queued")

@@ -107,7 +107,16 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 // otherwise it waits and tries again until it wins, the strategy gives up
 // (ErrNotObtained), or ctx ends (an error matching both ErrNotObtained and
 // ctx.Err()), also when ctx ends while a request is in flight. It never
-// waits longer than the holder's remaining TTL before the next attempt.
+// waits longer than the holder's remaining TTL before the next attempt. A
+// waiter is woken by the announcement of a release; a release that is not
+// announced (another client's compare-and-delete or DEL, an expired key)
+// is noticed within one of the strategy's delays and a round trip, for
+// which the first waiter of each Locker and key tries once per delay.
+//
+// The first call of a Locker (and its first call that needs more, such as
+// a first WithFencing) asks Redis, in one extra round trip, whether the
+// user may run everything the call needs; if not, it returns an error
+// matching ErrNoPermission before anything is written (see Check).
 //
 // Any other failure, such as Redis being unreachable or answering an error,
 // is returned wrapped and does not match ErrNotObtained: the caller cannot
@@ -117,9 +126,10 @@ func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 // error matching ErrLockLost.
 //
 // Obtain leaves no lock behind when it fails: if the acquire may have
-// reached Redis (a timeout, a dropped connection, ctx cancelled mid-call),
-// it deletes the lock, if it is still its own, in a best-effort call bounded
-// in time (at most 5s), which can make Obtain return that much later.
+// reached Redis (a timeout, a dropped connection, ctx cancelled mid-call,
+// a script refused after its write), it deletes the lock, if it is still
+// its own, in a best-effort call bounded in time (at most 5s), which can
+// make Obtain return that much later.
 //
 // ctx bounds the wait between attempts. Whether it also cuts short a
 // command in flight is up to the client: go-redis applies a context's
