@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,7 +199,7 @@ func FuzzObtainInputs(f *testing.F) {
 			add(flags&fuzzRetryAtNew != 0, locksmith.WithRetry(s))
 		}
 
-		invalid, effTTL, effDrift := expectObtain(key, flags, ttl, renew, drift, retryKind, retryA, retryB, retryN)
+		invalid, effTTL, effDrift := expectObtain(key, prefix, flags, ttl, renew, drift, retryKind, retryA, retryB, retryN)
 
 		if invalid == "" {
 			checkBackoff(t, retryKind, time.Duration(retryA), time.Duration(retryB), retryN)
@@ -303,6 +304,17 @@ func fuzzStrategy(kind uint8, a, b int64, n int) locksmith.RetryStrategy {
 	return nil
 }
 
+// wholeTagOrNoBrace reports whether prefix has no '{', or a '{' followed,
+// not at once, by a '}': a whole Redis Cluster hash tag.
+func wholeTagOrNoBrace(prefix string) bool {
+	open := strings.Index(prefix, "{")
+	if open < 0 {
+		return true
+	}
+	end := strings.Index(prefix[open+1:], "}")
+	return end > 0
+}
+
 // checkBackoff draws delays from a valid strategy, as a waiter that keeps
 // losing would, and checks them against what the strategy promises.
 func checkBackoff(t *testing.T, kind uint8, a, b time.Duration, n int) {
@@ -344,12 +356,16 @@ func checkBackoff(t *testing.T, kind uint8, a, b time.Duration, n int) {
 // are checked as a whole against the defaults, and the options of the call
 // as a whole on top of New's: the renew interval and the drift must be
 // shorter than the TTL, which counts in whole milliseconds.
-func expectObtain(key string, flags uint8, ttl, renew, drift time.Duration,
+func expectObtain(key, prefix string, flags uint8, ttl, renew, drift time.Duration,
 	retryKind uint8, a, b int64, n int) (invalid string, effTTL, effDrift time.Duration) {
 	ms := time.Millisecond
 	switch {
 	case key == "":
 		return "an empty key", 0, 0
+	case strings.HasPrefix(key, "~"):
+		return "a key starting with ~, which is reserved", 0, 0
+	case !wholeTagOrNoBrace(prefix):
+		return "a prefix whose '{' opens no hash tag", 0, 0
 	case flags&fuzzTTL != 0 && ttl < ms:
 		return "a TTL under 1ms", 0, 0
 	case flags&fuzzRenew != 0 && renew <= 0:
