@@ -29,6 +29,11 @@ var (
 	// again. Like a Redis failure, it does not match ErrNotObtained.
 	ErrNotReplicated = errors.New("locksmith: not acknowledged by enough replicas")
 
+	// ErrClosed means the Locker was closed (see Locker.Close): the call
+	// sent nothing, or, for an Obtain that was waiting, withdrew from the
+	// queue and left no lock behind.
+	ErrClosed = errors.New("locksmith: locker closed")
+
 	// ErrNoPermission means the connected Redis user may not run a
 	// command that the call needs (an ACL rule refuses it): the call
 	// stopped before changing anything. The error names what is refused;

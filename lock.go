@@ -31,8 +31,11 @@ const lostReleaseWait = time.Second
 // a whole process. A Locker is safe for concurrent use.
 //
 // While some of its Obtain calls wait, a Locker keeps one pub/sub
-// connection open to hear of releases; it closes that connection, and
-// stops the goroutine reading it, about a second after the last wait ends.
+// connection open to hear of releases (on Redis Cluster, one per key
+// waited on), read by a goroutine of its own; it closes that connection,
+// and stops the goroutine, about half a second after the last wait ends.
+// Close stops them at once and waits for them: call it when the Locker is
+// no longer needed, before closing the client.
 type Locker struct {
 	store  store
 	notify *notifier
@@ -73,10 +76,30 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
+// Close stops the Locker's background work and waits for it: the
+// goroutines and pub/sub connections that hear release announcements.
+// Obtain calls waiting at that moment return promptly with an error
+// matching ErrClosed, after withdrawing from the lock's queue (they leave
+// no lock and no queue entry behind); later calls on the Locker return
+// ErrClosed without sending anything. Locks obtained before stay valid:
+// they can still be refreshed and released, and their leases go on
+// renewing them until released. Close does not close the Redis client,
+// which belongs to the caller. It is safe to call more than once, and
+// concurrently with other calls; it always returns nil.
+func (l *Locker) Close() error {
+	if l.notify != nil {
+		l.notify.close()
+	}
+	return nil
+}
+
 // callConfig resolves the options for one call on key.
 func (l *Locker) callConfig(key string, opts []Option) (config, error) {
 	if l.err != nil {
 		return config{}, l.err
+	}
+	if l.notify.isClosed.Load() {
+		return config{}, ErrClosed
 	}
 	if err := checkKey(key); err != nil {
 		return config{}, err
@@ -165,7 +188,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in, unless the strategy allows no wait.
 		if delay, ok := backoff.Next(); ok {
-			w := l.notify.join(ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
+			w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
 			return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
 		}
 		return l.tryOnce(ctx, key, rkey, cfg)
@@ -182,7 +205,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	if lk != nil || err != nil {
 		return lk, err
 	}
-	w := l.notify.join(ch, t, res, token, queue, start)
+	w := l.notify.join(ctx, ch, t, res, token, queue, start)
 	backoff := newBackoff(cfg.retry)
 	delay, ok := backoff.Next()
 	if !ok {
@@ -216,6 +239,9 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 	timer := time.NewTimer(time.Until(slotEnd))
 	defer timer.Stop()
 	for {
+		if l.notify.isClosed.Load() {
+			return nil, closedErr(key)
+		}
 		if h, since := l.notify.takeHandoff(w); h != nil {
 			return l.handedOver(ctx, key, rkey, cfg, w, h, since)
 		}

@@ -3,7 +3,9 @@ package locksmith
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,14 +103,30 @@ type notifier struct {
 	// shared is the one connection when not sharded; nil while no
 	// dispatcher runs.
 	shared *subConn
+	// closed is set by close; no dispatcher starts after it. done is
+	// closed with it, to cut short a dispatcher's pause.
+	closed bool
+	done   chan struct{}
+	// ctx is the context of the dispatchers' I/O, cancelled by close so
+	// that a dial in progress ends.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// isClosed mirrors closed, for the calls that check it without mu.
+	isClosed atomic.Bool
+	// dispatchers counts the running dispatcher goroutines: close waits
+	// for them.
+	dispatchers sync.WaitGroup
 }
 
-// subConn is one pub/sub connection and the keys subscribed on it. A
-// dispatcher goroutine reads it from its creation until it has no keys
-// left (or the client is closed), and then closes it.
+// subConn is one pub/sub connection and the keys subscribed on it. Its
+// dispatcher goroutine, started with it, dials it and reads it until it
+// has no keys left (or the Locker or the client is closed), and then
+// closes it; the dispatcher does all of its I/O but the SUBSCRIBE of a key
+// added while it is up, which the caller that adds the key sends.
 type subConn struct {
-	ps   *redis.PubSub
-	keys map[string]*keyQueue // by channel
+	ps   *redis.PubSub        // nil until the dispatcher has dialed it
+	keys map[string]*keyQueue // by channel: the keys it should be subscribed to
 	// up is false while the connection is known to be down; its keys are
 	// subscribed again when it comes back.
 	up bool
@@ -192,7 +210,9 @@ func (w *waiter) signal() {
 }
 
 func newNotifier(client redis.UniversalClient) *notifier {
-	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue)}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue), done: make(chan struct{}),
+		ctx: ctx, cancel: cancel}
 }
 
 // ticket is what a waiter knows about a key's announcements before its
@@ -224,16 +244,25 @@ func (n *notifier) ticket(ch string) ticket {
 // negative holderTTL if it made none). token is the waiter's token, queue
 // whether its attempts queue it for handoffs, and sent when its attempt
 // was sent (zero if it made none).
-func (n *notifier) join(ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
+func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
+	var subscribeOn *redis.PubSub
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer func() {
+		n.mu.Unlock()
+		if subscribeOn != nil {
+			// On a connection that is up, outside mu: one write, bounded
+			// by ctx. A failure breaks the connection, which its
+			// dispatcher then replaces, subscribing every key.
+			_ = n.subscribe(ctx, subscribeOn, ch)
+		}
+	}()
 	q := n.keys[ch]
 	created := q == nil
 	if created {
 		q = &keyQueue{channel: ch}
 		n.keys[ch] = q
 		n.active.Add(1)
-		n.subscribeLocked(q)
+		subscribeOn = n.subscribeLocked(q)
 	}
 	if holderUntil := holderExpiry(res.holderTTL); !holderUntil.IsZero() {
 		q.holderUntil = holderUntil
@@ -259,49 +288,58 @@ func (n *notifier) join(ch string, t ticket, res acquireRes, token string, queue
 	return w
 }
 
-// subscribeLocked subscribes to q's channel, starting a connection and
-// its dispatcher if needed. The confirmation, read by the dispatcher, sets
-// q.subscribed.
-func (n *notifier) subscribeLocked(q *keyQueue) {
-	// A failure to subscribe shows up in the dispatcher's receive as
-	// well; until then the key stays unsubscribed and its waiters poll.
+// subscribeLocked adds q's channel to a connection's keys, starting a
+// connection and its dispatcher if needed, which subscribes it. It sends
+// nothing: it returns the connection on which the caller, once it has
+// released mu, must send the SUBSCRIBE, if one is up (nil otherwise). The
+// confirmation, read by the dispatcher, sets q.subscribed; until then the
+// key's waiters poll. After close nothing starts, and the waiters poll
+// until they see that the Locker is closed.
+func (n *notifier) subscribeLocked(q *keyQueue) *redis.PubSub {
 	if c := n.shared; c != nil && !n.sharded {
 		c.keys[q.channel] = q
 		q.conn = c
-		_ = n.subscribe(c.ps, q.channel)
-		return
+		if c.up && c.ps != nil {
+			return c.ps
+		}
+		// Being dialed: the dispatcher subscribes every key once it is.
+		return nil
 	}
-	// A new connection subscribes before its dispatcher starts reading:
-	// on a cluster, the first command decides which node it talks to,
-	// and that must be the one that owns the channel.
-	c := &subConn{ps: n.newPubSub(q.channel), keys: map[string]*keyQueue{q.channel: q}, up: true}
+	c := &subConn{keys: map[string]*keyQueue{q.channel: q}}
 	q.conn = c
+	if n.closed {
+		return nil
+	}
 	if !n.sharded {
 		n.shared = c
 	}
+	n.dispatchers.Add(1)
 	go n.dispatch(c)
+	return nil
 }
 
-// newPubSub returns a pub/sub connection subscribed to channels.
+// newPubSub dials a pub/sub connection subscribed to channels. On a
+// cluster the first command decides which node the connection talks to,
+// which must be the one that owns the channels.
 func (n *notifier) newPubSub(channels ...string) *redis.PubSub {
 	if n.sharded {
-		return n.client.SSubscribe(context.Background(), channels...)
+		return n.client.SSubscribe(n.ctx, channels...)
 	}
-	return n.client.Subscribe(context.Background(), channels...)
+	return n.client.Subscribe(n.ctx, channels...)
 }
 
-func (n *notifier) subscribe(ps *redis.PubSub, channels ...string) error {
+func (n *notifier) subscribe(ctx context.Context, ps *redis.PubSub, channels ...string) error {
 	if n.sharded {
-		return ps.SSubscribe(context.Background(), channels...)
+		return ps.SSubscribe(ctx, channels...)
 	}
-	return ps.Subscribe(context.Background(), channels...)
+	return ps.Subscribe(ctx, channels...)
 }
 
 func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
 	if n.sharded {
-		return ps.SUnsubscribe(context.Background(), channels...)
+		return ps.SUnsubscribe(n.ctx, channels...)
 	}
-	return ps.Unsubscribe(context.Background(), channels...)
+	return ps.Unsubscribe(n.ctx, channels...)
 }
 
 // kickLocked wakes the head of q to try, or, when a woken waiter is
@@ -470,11 +508,15 @@ func (n *notifier) removeLocked(w *waiter) {
 	}
 }
 
-// dispatch reads c until it has no keys left to watch, or the client is
-// closed.
+// dispatch dials c and reads it until it has no keys left to watch, or
+// the Locker or the client is closed.
 func (n *notifier) dispatch(c *subConn) {
-	ctx := context.Background()
-	ps := c.ps
+	defer n.dispatchers.Done()
+	ctx := n.ctx
+	ps := n.connect(c)
+	if ps == nil {
+		return
+	}
 	lastHeard := time.Now()
 	var pingSent time.Time // zero when no PING is outstanding
 	errPause := 10 * time.Millisecond
@@ -484,15 +526,22 @@ func (n *notifier) dispatch(c *subConn) {
 		switch {
 		case err == nil:
 			lastHeard, pingSent, errPause = now, time.Time{}, 10*time.Millisecond
-			if n.handle(c, msg) {
-				ps = n.replace(c, ps)
+			switch n.handle(c, msg) {
+			case replaceConn:
+				if ps = n.replace(c, ps); ps == nil {
+					return
+				}
+			case resubscribe:
+				n.resubscribe(c, ps)
 			}
 		case isTimeout(err):
 			switch {
 			case !pingSent.IsZero() && now.Sub(pingSent) > notifyPingAfter:
 				// The connection is silently dead. Start over on a new
 				// one, subscribed to every key.
-				ps = n.replace(c, ps)
+				if ps = n.replace(c, ps); ps == nil {
+					return
+				}
 				lastHeard, pingSent = now, time.Time{}
 			case pingSent.IsZero() && now.Sub(lastHeard) > notifyPingAfter:
 				if ps.Ping(ctx) == nil {
@@ -500,17 +549,25 @@ func (n *notifier) dispatch(c *subConn) {
 				}
 			}
 		case errors.Is(err, redis.ErrClosed):
+			// Closed by close, or the client was.
 			n.down(c)
-			n.close(c)
+			n.forget(c)
 			return
 		default:
 			// The connection failed, or the server refused a
 			// subscription (on a cluster, MOVED: the slot has moved).
 			// The waiters poll until a new connection is subscribed.
 			n.down(c)
-			time.Sleep(errPause)
+			pause := time.NewTimer(errPause)
+			select {
+			case <-pause.C:
+			case <-n.done:
+				pause.Stop()
+			}
 			errPause = min(errPause*2, notifyErrorPause)
-			ps = n.replace(c, ps)
+			if ps = n.replace(c, ps); ps == nil {
+				return
+			}
 		}
 		if n.reap(c, ps, now) {
 			return
@@ -543,10 +600,21 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// handle acts on one item received on c. It reports whether c must be
-// replaced: when the server dropped a sharded subscription because the
-// channel's slot moved to another shard.
-func (n *notifier) handle(c *subConn, msg any) (replace bool) {
+// What the dispatcher must do after an item it received.
+type followUp int
+
+const (
+	carryOn followUp = iota
+	// replaceConn: the server dropped a sharded subscription because the
+	// channel's slot moved to another shard.
+	replaceConn
+	// resubscribe: a key that is still wanted was unsubscribed, by an
+	// UNSUBSCRIBE for a key that was idle and was joined again meanwhile.
+	resubscribe
+)
+
+// handle acts on one item received on c, and says what must follow.
+func (n *notifier) handle(c *subConn, msg any) followUp {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c.up = true
@@ -554,7 +622,7 @@ func (n *notifier) handle(c *subConn, msg any) (replace bool) {
 	case *redis.Message:
 		q := c.keys[m.Channel]
 		if q == nil {
-			return false
+			return carryOn
 		}
 		if h, ok := parseHandoff(m.Payload); ok {
 			n.handedLocked(q, h)
@@ -568,7 +636,7 @@ func (n *notifier) handle(c *subConn, msg any) (replace bool) {
 	case *redis.Subscription:
 		q := c.keys[m.Channel]
 		if q == nil {
-			return false
+			return carryOn
 		}
 		switch m.Kind {
 		case "subscribe", "ssubscribe":
@@ -579,17 +647,42 @@ func (n *notifier) handle(c *subConn, msg any) (replace bool) {
 				// us: let the head check.
 				n.kickLocked(q)
 			}
-		case "sunsubscribe":
-			// Not asked for: the slot moved. Poll until subscribed again
-			// on the shard that owns it now.
+		case "unsubscribe":
+			// Sent by reap for a key that was idle then; it is wanted
+			// again (a SUBSCRIBE may have crossed it): poll until the
+			// dispatcher has subscribed it again.
 			q.subscribed = false
 			if len(q.waiters) > 0 {
 				q.waiters[0].signal()
 			}
-			return true
+			return resubscribe
+		case "sunsubscribe":
+			// Not asked for, or asked for as above: the slot may have
+			// moved. Poll until subscribed again on the shard that owns
+			// it now.
+			q.subscribed = false
+			if len(q.waiters) > 0 {
+				q.waiters[0].signal()
+			}
+			return replaceConn
 		}
 	}
-	return false
+	return carryOn
+}
+
+// resubscribe subscribes ps to the keys of c that are not subscribed.
+func (n *notifier) resubscribe(c *subConn, ps *redis.PubSub) {
+	n.mu.Lock()
+	var channels []string
+	for ch, q := range c.keys {
+		if !q.subscribed {
+			channels = append(channels, ch)
+		}
+	}
+	n.mu.Unlock()
+	if len(channels) > 0 {
+		_ = n.subscribe(n.ctx, ps, channels...)
+	}
 }
 
 // handedLocked acts on the announcement that a release handed q's lock
@@ -623,8 +716,9 @@ func (n *notifier) down(c *subConn) {
 	}
 }
 
-// replace closes c's connection old and subscribes a new one to every
-// key of c. It returns the new connection.
+// replace closes c's connection old and dials a new one subscribed to
+// every key of c. It returns the new connection, or nil when the
+// notifier was closed meanwhile.
 func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 	n.down(c)
 	_ = old.Close()
@@ -632,8 +726,16 @@ func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 		// The slot may have moved: learn where it lives now. The reload
 		// runs in the background; until it lands, the new subscription
 		// may be refused again and replaced again.
-		cc.ReloadState(context.Background())
+		cc.ReloadState(n.ctx)
 	}
+	return n.connect(c)
+}
+
+// connect dials a connection for c, subscribed to every key of c, with
+// mu released; keys added meanwhile are subscribed once it is up. It
+// returns the connection, or nil, having closed it, when the notifier
+// was closed meanwhile.
+func (n *notifier) connect(c *subConn) *redis.PubSub {
 	n.mu.Lock()
 	channels := make([]string, 0, len(c.keys))
 	for ch := range c.keys {
@@ -642,19 +744,71 @@ func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 	n.mu.Unlock()
 	ps := n.newPubSub(channels...)
 	n.mu.Lock()
-	c.ps = ps
-	c.up = true
+	if n.closed {
+		n.mu.Unlock()
+		_ = ps.Close()
+		n.forget(c)
+		return nil
+	}
+	c.ps, c.up = ps, true
+	var added []string
+	for ch := range c.keys {
+		if !slices.Contains(channels, ch) {
+			added = append(added, ch)
+		}
+	}
 	n.mu.Unlock()
+	if len(added) > 0 {
+		_ = n.subscribe(n.ctx, ps, added...)
+	}
 	return ps
 }
 
-// close forgets c after the client was closed; its keys' waiters poll.
-func (n *notifier) close(c *subConn) {
+// forget drops c after its connection was closed; its keys' waiters poll.
+func (n *notifier) forget(c *subConn) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.shared == c {
 		n.shared = nil
 	}
+	for ch, q := range c.keys {
+		if len(q.waiters) == 0 {
+			delete(c.keys, ch)
+			delete(n.keys, ch)
+			n.active.Add(-1)
+		}
+	}
+}
+
+// close stops every dispatcher and waits for them: it closes their
+// connections and wakes every waiter, which then sees that the Locker is
+// closed. It is safe to call more than once.
+func (n *notifier) close() {
+	n.mu.Lock()
+	if !n.closed {
+		n.closed = true
+		n.isClosed.Store(true)
+		close(n.done)
+		n.cancel()
+	}
+	var conns []*redis.PubSub
+	seen := make(map[*subConn]bool)
+	for _, q := range n.keys {
+		for _, w := range q.waiters {
+			w.signal()
+		}
+		if c := q.conn; c != nil && !seen[c] {
+			seen[c] = true
+			if c.ps != nil {
+				conns = append(conns, c.ps)
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, ps := range conns {
+		_ = ps.Close()
+	}
+	n.dispatchers.Wait()
 }
 
 // reap unsubscribes c's keys idle for longer than notifyLinger and, when
@@ -684,4 +838,9 @@ func (n *notifier) reap(c *subConn, ps *redis.PubSub, now time.Time) bool {
 		_ = n.unsubscribe(ps, idle...)
 	}
 	return false
+}
+
+// closedErr is the error of a waiter of key whose Locker was closed.
+func closedErr(key string) error {
+	return fmt.Errorf("%w: obtaining %q", ErrClosed, key)
 }

@@ -103,6 +103,9 @@ func (l *Locker) Check(ctx context.Context) error {
 	if l.err != nil {
 		return l.err
 	}
+	if l.notify.isClosed.Load() {
+		return ErrClosed
+	}
 	n := l.needs(&l.cfg, needFence|needAnnounce)
 	if !l.quorum {
 		n |= needOnce | needInspect
