@@ -169,6 +169,7 @@ func (u *ui) run(args []string) int {
 		locker:  locksmith.New(client, opts...),
 		sigs:    sigs,
 	}
+	defer r.locker.Close()
 	return r.run()
 }
 

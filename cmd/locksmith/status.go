@@ -43,6 +43,7 @@ func (u *ui) status(args []string) int {
 	defer client.Close()
 
 	locker := locksmith.New(client, locksmith.WithPrefix(f.prefix))
+	defer locker.Close()
 	s, err := locker.Inspect(context.Background(), f.key)
 	if err != nil {
 		u.errorf("cannot read lock %q from Redis at %s: %s", f.key, addr, errText(err))

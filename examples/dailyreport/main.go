@@ -100,6 +100,7 @@ func run(ctx context.Context, redisURL, prefix string) error {
 			return fmt.Errorf("server %d: redis: %w", id, err)
 		}
 		locker := locksmith.New(client, locksmith.WithPrefix(prefix))
+		defer locker.Close()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
