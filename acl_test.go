@@ -106,7 +106,7 @@ func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
 	ran, err := l.Once(ctx, key, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.True(t, ran)
-	_, done, err := l.Done(ctx, key)
+	_, done, err := l.Completed(ctx, key)
 	require.NoError(t, err)
 	require.True(t, done)
 	require.NoError(t, l.Check(ctx))
@@ -183,7 +183,7 @@ func TestACLNoChannels(t *testing.T) {
 			ran, err := l.Once(ctx, key, func(context.Context) error { return nil })
 			require.NoError(t, err)
 			require.True(t, ran)
-			_, done, err := l.Done(ctx, key)
+			_, done, err := l.Completed(ctx, key)
 			require.NoError(t, err)
 			require.True(t, done)
 

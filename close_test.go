@@ -163,3 +163,20 @@ func TestStalledSubscriptionDial(t *testing.T) {
 	}
 	require.NoError(t, holder.Release(ctx))
 }
+
+// TestZeroLocker: the zero Locker is not usable, and says so.
+func TestZeroLocker(t *testing.T) {
+	var l locksmith.Locker
+	ctx := t.Context()
+	_, err := l.Obtain(ctx, "k")
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	require.ErrorIs(t, l.WithLock(ctx, "k", func(context.Context) error { return nil }), locksmith.ErrInvalidArgument)
+	_, err = l.Once(ctx, "k", func(context.Context) error { return nil })
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	_, _, err = l.Completed(ctx, "k")
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	_, err = l.Inspect(ctx, "k")
+	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+	require.ErrorIs(t, l.Check(ctx), locksmith.ErrInvalidArgument)
+	require.NoError(t, l.Close())
+}

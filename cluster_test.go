@@ -149,7 +149,7 @@ func requireOnceRunsOnce(t *testing.T, l *locksmith.Locker, key string) {
 		require.NoError(t, err, "key %q", key)
 	}
 	require.Equal(t, 1, calls, "key %q", key)
-	_, ok, err := l.Done(ctx, key)
+	_, ok, err := l.Completed(ctx, key)
 	require.NoError(t, err, "key %q", key)
 	require.True(t, ok, "key %q", key)
 }

@@ -53,7 +53,13 @@ type Locker struct {
 // and retry settings apply to every command the Locker sends.
 //
 // New never fails; a nil client or an invalid option makes every call on
-// the Locker return an error matching ErrInvalidArgument. The options given
+// the Locker return an error matching ErrInvalidArgument. It has no error
+// to return because the mistakes it could report are fixed in code, not
+// handled at run time, and a Locker is usually built beside its client,
+// as a field or package variable, where an error would only be checked
+// with a panic; the first call reports it instead, before sending
+// anything. The zero Locker is not usable either: every call on it
+// returns an error matching ErrInvalidArgument. The options given
 // to New are checked together, against the package defaults, so an
 // invalid default cannot be mended by a per-call option.
 func New(client redis.UniversalClient, opts ...Option) *Locker {
@@ -76,6 +82,20 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
+// usable reports why calls on l cannot run: an invalid argument to New, a
+// zero Locker, or Close.
+func (l *Locker) usable() error {
+	switch {
+	case l.err != nil:
+		return l.err
+	case l.store == nil:
+		return fmt.Errorf("%w: a zero Locker; make one with New or NewQuorum", ErrInvalidArgument)
+	case l.notify.isClosed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
 // Close stops the Locker's background work and waits for it: the
 // goroutines and pub/sub connections that hear release announcements.
 // Obtain calls waiting at that moment return promptly with an error
@@ -95,11 +115,8 @@ func (l *Locker) Close() error {
 
 // callConfig resolves the options for one call on key.
 func (l *Locker) callConfig(key string, opts []Option) (config, error) {
-	if l.err != nil {
-		return config{}, l.err
-	}
-	if l.notify.isClosed.Load() {
-		return config{}, ErrClosed
+	if err := l.usable(); err != nil {
+		return config{}, err
 	}
 	if err := checkKey(key); err != nil {
 		return config{}, err
@@ -175,7 +192,12 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		return nil, err
 	}
 	rkey := cfg.prefix + key
-	if _, once := cfg.retry.(noRetry); once {
+	// The strategy's first delay decides between trying once and
+	// waiting: a strategy that gives none (NoRetry, LimitRetry(s, 0))
+	// makes one attempt, which sends one command and starts nothing.
+	backoff := newBackoff(cfg.retry)
+	delay, wait := backoff.Next()
+	if !wait {
 		return l.tryOnce(ctx, key, rkey, cfg)
 	}
 	// See notify.go for how waiting works, and handoff.go for how a
@@ -184,14 +206,10 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	ch := companion(cfg.prefix, key, releasedKind)
 	t := l.notify.ticket(ch)
 	if t.queued {
-		backoff := newBackoff(cfg.retry)
 		// Others of this Locker wait already: queue up behind them
-		// rather than barge in, unless the strategy allows no wait.
-		if delay, ok := backoff.Next(); ok {
-			w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
-			return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
-		}
-		return l.tryOnce(ctx, key, rkey, cfg)
+		// rather than barge in.
+		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
+		return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
@@ -206,12 +224,6 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		return lk, err
 	}
 	w := l.notify.join(ctx, ch, t, res, token, queue, start)
-	backoff := newBackoff(cfg.retry)
-	delay, ok := backoff.Next()
-	if !ok {
-		l.leave(ctx, key, rkey, cfg, w)
-		return nil, heldElsewhere(key)
-	}
 	return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
 }
 
@@ -291,11 +303,16 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			return lk, nil
 		}
 		l.notify.lost(w, res, start)
-		d, ok := backoff.Next()
-		if !ok {
-			return nil, heldElsewhere(key)
+		// The strategy's budget is its delays: an attempt made within a
+		// slot, because of an announcement or the holder's TTL, leaves
+		// the slot running; one at or after its end starts the next.
+		if now := time.Now(); !now.Before(slotEnd) {
+			d, ok := backoff.Next()
+			if !ok {
+				return nil, heldElsewhere(key)
+			}
+			slotEnd = now.Add(max(d, 0))
 		}
-		slotEnd = time.Now().Add(max(d, 0))
 	}
 }
 

@@ -28,7 +28,7 @@ var (
 // so how long it refuses to run the same key again. It must be at least
 // 1ms; sub-millisecond parts are dropped. The default is DefaultDoneTTL,
 // 24 hours. Only Once uses the value, but every call checks it: an
-// invalid WithDoneTTL given to Obtain, WithLock, Done or Inspect makes
+// invalid WithDoneTTL given to Obtain, WithLock, Completed or Inspect makes
 // that call return an error matching ErrInvalidArgument, and given to New
 // it makes every call on the Locker do so.
 func WithDoneTTL(d time.Duration) Option {
@@ -114,7 +114,7 @@ var errAlreadyDone = errors.New("locksmith: already done")
 // later call runs the job again, so fn must stop when its context is done,
 // and should be safe to repeat. Any other error means Redis could not
 // answer; if the final script failed that way, the record may or may not
-// have been written, which Done tells.
+// have been written, which Completed tells.
 //
 // The record lives at Keys(key).Done, beside the lock and in its Redis
 // Cluster slot.
@@ -167,14 +167,14 @@ func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Conte
 	return ran, err
 }
 
-// Done returns the completion record Once keeps for key, for status pages
+// Completed returns the completion record Once keeps for key, for status pages
 // and operators. ok is false when there is none: the job has not completed,
 // or its record has expired. The options are checked as for Once, but only
-// the prefix matters. Done sends one GET.
+// the prefix matters. Completed sends one GET.
 //
 // An error means Redis could not answer, or the key holds something Once
 // did not write; Once takes any value there as a record.
-func (l *Locker) Done(ctx context.Context, key string, opts ...Option) (c Completion, ok bool, err error) {
+func (l *Locker) Completed(ctx context.Context, key string, opts ...Option) (c Completion, ok bool, err error) {
 	_, st, doneKey, err := l.onceConfig(key, opts)
 	if err != nil {
 		return Completion{}, false, err
@@ -193,7 +193,7 @@ func (l *Locker) Done(ctx context.Context, key string, opts ...Option) (c Comple
 	return c, true, nil
 }
 
-// onceConfig resolves the options for a call of Once or Done on key, and
+// onceConfig resolves the options for a call of Once or Completed on key, and
 // returns the store and the key of the completion record.
 func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, string, error) {
 	cfg, err := l.callConfig(key, opts)

@@ -48,7 +48,7 @@ func ExampleLocker_Once() {
 	}
 
 	// For a status page.
-	c, ok, err := locker.Done(ctx, key)
+	c, ok, err := locker.Completed(ctx, key)
 	if err != nil {
 		fmt.Println("done:", err)
 		return

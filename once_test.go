@@ -25,7 +25,7 @@ func doneKey(key string) string { return plainNames(key).Done }
 // and in Redis.
 func requireNoRecord(t *testing.T, raw *redis.Client, l *locksmith.Locker, key string) {
 	t.Helper()
-	c, ok, err := l.Done(t.Context(), key)
+	c, ok, err := l.Completed(t.Context(), key)
 	require.NoError(t, err)
 	require.False(t, ok, "a completion record was written: %+v", c)
 	require.Zero(t, raw.Exists(t.Context(), doneKey(key)).Val())
@@ -106,7 +106,7 @@ func TestOnceRunsOnceAcrossWorkers(t *testing.T) {
 					}
 				}
 
-				c, ok, err := lockers[4].Done(ctx, key)
+				c, ok, err := lockers[4].Completed(ctx, key)
 				require.NoError(t, err)
 				require.True(t, ok, "no completion record")
 				host, _ := os.Hostname()
@@ -320,14 +320,14 @@ func TestOnceRetentionOverride(t *testing.T) {
 	require.Equal(t, time.Hour+time.Millisecond, m.TTL(doneKey("b")), "per call, truncated to milliseconds")
 }
 
-func TestDone(t *testing.T) {
+func TestCompleted(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
 		l := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:"))
 		key := uniqueKey(t)
 
-		c, ok, err := l.Done(ctx, key)
+		c, ok, err := l.Completed(ctx, key)
 		require.NoError(t, err)
 		require.False(t, ok, "no record before the job ran")
 		require.Zero(t, c)
@@ -339,7 +339,7 @@ func TestDone(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		c, ok, err = l.Done(ctx, key)
+		c, ok, err = l.Completed(ctx, key)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, token, c.Token, "the record names the lock the job ran under")
@@ -358,7 +358,7 @@ func TestDone(t *testing.T) {
 			return nil
 		}, locksmith.WithFencing())
 		require.NoError(t, err)
-		c, ok, err = l.Done(ctx, fenced)
+		c, ok, err = l.Completed(ctx, fenced)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Positive(t, fence)
@@ -369,7 +369,7 @@ func TestDone(t *testing.T) {
 		_, err = l.Once(ctx, tagged, func(context.Context) error { return nil })
 		require.NoError(t, err)
 		require.Equal(t, int64(1), raw.Exists(ctx, "jobs:~done:"+tagged).Val())
-		_, ok, err = l.Done(ctx, tagged)
+		_, ok, err = l.Completed(ctx, tagged)
 		require.NoError(t, err)
 		require.True(t, ok)
 
@@ -377,7 +377,7 @@ func TestDone(t *testing.T) {
 		// cannot read it.
 		other := uniqueKey(t)
 		require.NoError(t, raw.Set(ctx, names(t, "jobs:", other).Done, "not json", time.Minute).Err())
-		_, _, err = l.Done(ctx, other)
+		_, _, err = l.Completed(ctx, other)
 		require.Error(t, err)
 		ran, err := l.Once(ctx, other, func(context.Context) error { return nil })
 		require.False(t, ran)
@@ -411,7 +411,7 @@ func TestOnceRoundTrips(t *testing.T) {
 		require.Equal(t, []string{"get"}, cnt.names, "a completed job costs one read")
 
 		cnt.reset()
-		_, _, err = l.Done(ctx, key)
+		_, _, err = l.Completed(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, []string{"get"}, cnt.names)
 	})
@@ -432,7 +432,7 @@ func TestOnceResentCompletion(t *testing.T) {
 		f.resend.Store(false)
 		require.True(t, ran)
 		require.NoError(t, err)
-		_, ok, err := l.Done(ctx, key)
+		_, ok, err := l.Completed(ctx, key)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Zero(t, raw.Exists(ctx, key).Val())
@@ -508,7 +508,7 @@ func TestOnceBadInputSendsNothing(t *testing.T) {
 			require.False(t, ran)
 			require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
 			require.NotErrorIs(t, err, locksmith.ErrNotObtained)
-			_, ok, err := tc.l.Done(ctx, tc.key, tc.opts...)
+			_, ok, err := tc.l.Completed(ctx, tc.key, tc.opts...)
 			require.False(t, ok)
 			require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
 			require.Zero(t, cnt.count(), "bad input must send nothing")

@@ -10,10 +10,10 @@ import (
 const DefaultTTL = 10 * time.Second
 
 // An Option configures a Locker or a single call. Given to New or NewQuorum
-// it sets the Locker's default; given to Obtain, WithLock, Once, Done or
+// it sets the Locker's default; given to Obtain, WithLock, Once, Completed or
 // Inspect it overrides that default for the one call. Options are applied
 // in order, so a later one wins. Every call checks all the options it is
-// given, also those it has no use for (Done and Inspect use only the
+// given, also those it has no use for (Completed and Inspect use only the
 // prefix).
 //
 // An invalid option is never silently clamped: the call that uses it returns

@@ -100,11 +100,8 @@ func permissionError(refused []string) error {
 // Once make the same check for what they need, once per Locker, before
 // anything is written.
 func (l *Locker) Check(ctx context.Context) error {
-	if l.err != nil {
-		return l.err
-	}
-	if l.notify.isClosed.Load() {
-		return ErrClosed
+	if err := l.usable(); err != nil {
+		return err
 	}
 	n := l.needs(&l.cfg, needFence|needAnnounce)
 	if !l.quorum {

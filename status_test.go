@@ -89,7 +89,7 @@ func TestInspect(t *testing.T) {
 		require.False(t, st.Held, "completing the job released the lock")
 		require.Equal(t, fence, st.Fence)
 		require.NotNil(t, st.Done)
-		c, ok, err := l.Done(ctx, key)
+		c, ok, err := l.Completed(ctx, key)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, c, *st.Done, "Inspect and Done read the same record")

@@ -20,7 +20,7 @@ import (
 // read through the library, or nil.
 func completion(t *testing.T, client *redis.Client, key string) *library.Completion {
 	t.Helper()
-	c, ok, err := library.New(client, library.WithPrefix("locksmith:")).Done(t.Context(), key)
+	c, ok, err := library.New(client, library.WithPrefix("locksmith:")).Completed(t.Context(), key)
 	if err != nil {
 		t.Fatalf("Done(%q): %v", key, err)
 	}

@@ -310,7 +310,7 @@ func (r *runner) skipped(status int) int {
 func (r *runner) doneText() string {
 	ctx, cancel := context.WithTimeout(context.Background(), r.flags.timeout)
 	defer cancel()
-	c, ok, err := r.locker.Done(ctx, r.flags.key)
+	c, ok, err := r.locker.Completed(ctx, r.flags.key)
 	if err != nil || !ok {
 		// It was there a moment ago; the details are not worth failing for.
 		return fmt.Sprintf("a run under %q has already succeeded", r.flags.key)
