@@ -339,3 +339,18 @@ func contend(t *testing.T, ctx context.Context, lockers []*locksmith.Locker, key
 	wg.Wait()
 	return acq.Load(), over.Load()
 }
+
+// newLocker is locksmith.New, with the Locker closed when t ends, so that
+// no goroutine of it outlives the test.
+func newLocker(t testing.TB, client redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
+	l := locksmith.New(client, opts...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// newQuorumLocker is locksmith.NewQuorum, with the Locker closed when t ends.
+func newQuorumLocker(t testing.TB, clients []redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
+	l := locksmith.NewQuorum(clients, opts...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
