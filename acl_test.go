@@ -78,7 +78,7 @@ func waiterGetsIt(t *testing.T, admin redis.UniversalClient, w *locksmith.Locker
 func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
 	t.Helper()
 	ctx := t.Context()
-	l := locksmith.New(client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
+	l := newLocker(t, client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
 	key := uniqueKey(t)
 
 	lk, err := l.Obtain(ctx, key)
@@ -92,7 +92,7 @@ func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
 	require.True(t, st.Held)
 
 	// A waiter of another Locker is handed the lock.
-	other := locksmith.New(client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
+	other := newLocker(t, client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
 	waiterGetsIt(t, admin, other, lk)
 	k, err := l.Keys(key)
 	require.NoError(t, err)
@@ -152,7 +152,7 @@ func TestACLPrefixScoped(t *testing.T) {
 
 	// Outside the prefix: refused before anything is written.
 	ctx := t.Context()
-	l := locksmith.New(client, locksmith.WithPrefix("other:"))
+	l := newLocker(t, client, locksmith.WithPrefix("other:"))
 	_, err := l.Obtain(ctx, "k")
 	require.ErrorIs(t, err, locksmith.ErrNoPermission)
 	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
@@ -172,7 +172,7 @@ func TestACLNoChannels(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			client, admin := aclUser(t, srv, rules...)
 			ctx := t.Context()
-			l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+			l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
 			key := uniqueKey(t)
 			lk, err := l.Obtain(ctx, key)
 			require.NoError(t, err)
@@ -205,7 +205,7 @@ func TestACLWithoutScripts(t *testing.T) {
 	srv := redistest.New(t)
 	client, admin := aclUser(t, srv, "~locksmith:*", "&locksmith:*", "+@all", "-@dangerous", "-evalsha", "-eval")
 	ctx := t.Context()
-	l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+	l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
 	key := uniqueKey(t)
 	_, err := l.Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNoPermission)
@@ -234,7 +234,7 @@ func TestRefusedMidwayLeavesNothing(t *testing.T) {
 
 	t.Run("fencing without TIME", func(t *testing.T) {
 		client, admin := aclUser(t, srv, minimalRule...)
-		l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+		l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
 		key := uniqueKey(t)
 		require.NoError(t, l.WithLock(ctx, key, func(context.Context) error { return nil }, locksmith.WithFencing()))
 		setRules(t, admin, client, "-time")
@@ -246,7 +246,7 @@ func TestRefusedMidwayLeavesNothing(t *testing.T) {
 
 	t.Run("waiter without ZREM", func(t *testing.T) {
 		client, admin := aclUser(t, srv, minimalRule...)
-		l := locksmith.New(client, locksmith.WithPrefix("locksmith:"))
+		l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
 		key := uniqueKey(t)
 		require.NoError(t, l.WithLock(ctx, key, func(context.Context) error { return nil }))
 		// The tutorial's recipe holds the key, from another client.
@@ -275,7 +275,7 @@ func TestUnderMaxmemory(t *testing.T) {
 	srv := redistest.New(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 	ctx := t.Context()
 	client := newClient(t, srv.Options(), nil)
-	l := locksmith.New(client)
+	l := newLocker(t, client)
 	fill := func() {
 		t.Helper()
 		big := strings.Repeat("x", 64<<10)
@@ -325,9 +325,9 @@ func TestPermissionCheckOncePerLocker(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := t.Context()
 	cnt := &counter{}
-	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{cnt}))
+	l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{cnt}))
 	// Load the scripts, so that no NOSCRIPT fallback is counted.
-	warm := locksmith.New(srv.Client(t))
+	warm := newLocker(t, srv.Client(t))
 	warmUp(t, warm)
 	_, err := warm.Once(ctx, uniqueKey(t), func(context.Context) error { return nil })
 	require.NoError(t, err)
@@ -368,7 +368,7 @@ func TestPermissionCheckOnQuorum(t *testing.T) {
 		admins = append(admins, admin)
 	}
 	ctx := t.Context()
-	l := locksmith.NewQuorum(clients)
+	l := newQuorumLocker(t, clients)
 	key := uniqueKey(t)
 	_, err := l.Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNoPermission)

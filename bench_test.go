@@ -42,7 +42,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	})
 	b.Run("locksmith", func(b *testing.B) {
-		l := locksmith.New(srv.Client(b))
+		l := newLocker(b, srv.Client(b))
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := obtainRelease(ctx, l, "bench:locksmith"); err != nil {
@@ -54,7 +54,7 @@ func BenchmarkUncontended(b *testing.B) {
 
 func BenchmarkDistinctKeysParallel(b *testing.B) {
 	srv := redistest.New(b)
-	l := locksmith.New(srv.Client(b))
+	l := newLocker(b, srv.Client(b))
 	ctx := context.Background()
 	var seq atomic.Int64
 	b.ReportAllocs()
@@ -76,7 +76,7 @@ func BenchmarkContended(b *testing.B) {
 	ctx := context.Background()
 	for _, waiters := range []int{2, 16} {
 		b.Run(fmt.Sprintf("waiters=%d", waiters), func(b *testing.B) {
-			l := locksmith.New(srv.Client(b), locksmith.WithRetry(locksmith.LinearBackoff(100*time.Millisecond)))
+			l := newLocker(b, srv.Client(b), locksmith.WithRetry(locksmith.LinearBackoff(100*time.Millisecond)))
 			b.SetParallelism(waiters)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

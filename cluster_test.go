@@ -61,8 +61,8 @@ func TestClusterContention(t *testing.T) {
 	// One Locker with fencing, one without: the first runs scripts over
 	// two keys of one slot.
 	lockers := []*locksmith.Locker{
-		locksmith.New(cl.Client(t), locksmith.WithFencing()),
-		locksmith.New(cl.Client(t)),
+		newLocker(t, cl.Client(t), locksmith.WithFencing()),
+		newLocker(t, cl.Client(t)),
 	}
 	const perLocker, rounds = 2, 5
 	keys := clusterKeys(t, cl)
@@ -85,7 +85,7 @@ func TestClusterLeaseDetectsLoss(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	ctx := t.Context()
 	raw := cl.Client(t)
-	l := locksmith.New(cl.Client(t), locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(50*time.Millisecond))
+	l := newLocker(t, cl.Client(t), locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(50*time.Millisecond))
 	for _, key := range clusterKeys(t, cl) {
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err, "key %q", key)
@@ -109,7 +109,7 @@ func TestClusterFencingAndOnceInAnySlot(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	ctx := t.Context()
 	prefix := uniqueKey(t) + ":"
-	l := locksmith.New(cl.Client(t), locksmith.WithPrefix(prefix), locksmith.WithFencing())
+	l := newLocker(t, cl.Client(t), locksmith.WithPrefix(prefix), locksmith.WithFencing())
 	keys := slices.Clone(braceKeys)
 	for _, k := range keyOnEachMaster(t, cl, prefix+"job") {
 		keys = append(keys, strings.TrimPrefix(k, prefix))
@@ -161,14 +161,14 @@ func TestClusterWaitersWokenByRelease(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	ctx := t.Context()
 	keys := clusterKeys(t, cl)
-	holders := locksmith.New(cl.Client(t), locksmith.WithTTL(time.Minute))
+	holders := newLocker(t, cl.Client(t), locksmith.WithTTL(time.Minute))
 	held := make([]*locksmith.Lock, len(keys))
 	for i, key := range keys {
 		var err error
 		held[i], err = holders.Obtain(ctx, key)
 		require.NoError(t, err)
 	}
-	waiters := locksmith.New(cl.Client(t))
+	waiters := newLocker(t, cl.Client(t))
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	errs := make(chan error, len(keys))
@@ -204,7 +204,7 @@ func TestClusterReleaseAnnouncedBySPublish(t *testing.T) {
 	for _, m := range masters {
 		require.NoError(t, m.Client(t).ConfigResetStat(ctx).Err())
 	}
-	l := locksmith.New(cl.Client(t))
+	l := newLocker(t, cl.Client(t))
 	for _, key := range clusterKeys(t, cl) {
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
@@ -272,7 +272,7 @@ func TestClusterLiveResharding(t *testing.T) {
 	keyB, keyC := "{"+keyA+"}:b", "{"+keyA+"}:c"
 	slot, from := slotOf(t, cl, keyA)
 	to := otherMaster(t, cl, from)
-	newLocker := func() *locksmith.Locker { return locksmith.New(cl.Client(t)) }
+	newLocker := func() *locksmith.Locker { return newLocker(t, cl.Client(t)) }
 
 	// Holders with a TTL of 1s, shorter than the migration's ASK phase:
 	// their locks outlive the migration only if renewals get through.
@@ -379,10 +379,10 @@ func TestClusterWaiterWokenAfterSlotMoved(t *testing.T) {
 	defer cancel()
 	key := uniqueKey(t)
 	slot, from := slotOf(t, cl, key)
-	holder, err := locksmith.New(cl.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	holder, err := newLocker(t, cl.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 
-	waiter := locksmith.New(cl.Client(t))
+	waiter := newLocker(t, cl.Client(t))
 	got := make(chan error, 1)
 	wctx, cancelWait := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelWait()
@@ -422,7 +422,7 @@ func TestClusterWithReplicasWaitsForTheLocksOwnReplica(t *testing.T) {
 	replicas, err := cl.ReplicasOf(ctx, owner)
 	require.NoError(t, err)
 	require.Len(t, replicas, 1, "replicas of %s", owner.Addr)
-	l := locksmith.New(cl.Client(t), locksmith.WithTTL(10*time.Second))
+	l := newLocker(t, cl.Client(t), locksmith.WithTTL(10*time.Second))
 	warmUp(t, l)
 
 	sleeper := replicas[0].Client(t)
@@ -458,7 +458,7 @@ func TestClusterMultiKeyScriptsDuringMigration(t *testing.T) {
 	base := uniqueKey(t)
 	slot, from := slotOf(t, cl, base)
 	to := otherMaster(t, cl, from)
-	l := locksmith.New(cl.Client(t), locksmith.WithFencing())
+	l := newLocker(t, cl.Client(t), locksmith.WithFencing())
 	// A first acquisition creates the fence counter, so that the slot
 	// holds a key to migrate and the next acquire touches a key that
 	// moved and one (the lock) that exists nowhere.
@@ -482,7 +482,7 @@ func TestClusterMultiKeyScriptsDuringMigration(t *testing.T) {
 	// Once without fencing takes its lock with a one-key script; its last
 	// step writes the completion record, a key that exists nowhere yet,
 	// and deletes the lock.
-	once := locksmith.New(cl.Client(t), locksmith.WithTTL(time.Second))
+	once := newLocker(t, cl.Client(t), locksmith.WithTTL(time.Second))
 	onceKey := "{" + base + "}:once"
 	ran, err := once.Once(ctx, onceKey, func(context.Context) error { return nil })
 	t.Logf("Once during the migration: ran %v, err %v", ran, err)

@@ -43,6 +43,7 @@ func ExampleNew() {
 		locksmith.WithPrefix("myapp:lock:"),
 		locksmith.WithTTL(30*time.Second),
 	)
+	defer locker.Close()
 
 	lk, err := locker.Obtain(ctx, "nightly-report")
 	if err != nil {
@@ -58,6 +59,7 @@ func ExampleNew() {
 	// New never fails: a bad option is reported by every call instead,
 	// before anything is sent to Redis.
 	bad := locksmith.New(client, locksmith.WithTTL(time.Microsecond))
+	defer bad.Close()
 	_, err = bad.Obtain(ctx, "nightly-report")
 	fmt.Println("invalid argument:", errors.Is(err, locksmith.ErrInvalidArgument))
 	// Output:
@@ -70,6 +72,7 @@ func ExampleLocker_Obtain() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client)
+	defer locker.Close()
 
 	lk, err := locker.Obtain(ctx, "invoice:7", locksmith.WithTTL(10*time.Second))
 	if err != nil {
@@ -98,6 +101,7 @@ func ExampleLocker_WithLock() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client)
+	defer locker.Close()
 
 	err := locker.WithLock(ctx, "cache:rebuild", func(ctx context.Context) error {
 		// ctx is a lease: the lock is renewed while fn runs, and ctx is
@@ -122,6 +126,7 @@ func Example_tryOnceVersusWait() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client)
+	defer locker.Close()
 
 	holder, err := locker.Obtain(ctx, "report")
 	if err != nil {
@@ -177,6 +182,7 @@ func Example_perResource() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client, locksmith.WithPrefix("locks:"))
+	defer locker.Close()
 	orderKey := func(id int) string { return fmt.Sprintf("order:%d", id) }
 
 	a, err := locker.Obtain(ctx, orderKey(42))
@@ -208,6 +214,7 @@ func ExampleLock_Lease() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client)
+	defer locker.Close()
 
 	lk, err := locker.Obtain(ctx, "import", locksmith.WithTTL(300*time.Millisecond))
 	if err != nil {
@@ -249,6 +256,7 @@ func Example_lockLost() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client)
+	defer locker.Close()
 
 	lk, err := locker.Obtain(ctx, "job", locksmith.WithRenewInterval(20*time.Millisecond))
 	if err != nil {
@@ -288,6 +296,7 @@ func Example_failClosed() {
 	defer client.Close()
 	ctx := context.Background()
 	locker := locksmith.New(client)
+	defer locker.Close()
 
 	lk, err := locker.Obtain(ctx, "billing-run")
 	switch {

@@ -40,6 +40,7 @@ func Example_fencing() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client, locksmith.WithFencing())
+	defer locker.Close()
 	store := &fencedStore{}
 
 	slow, err := locker.Obtain(ctx, "invoice:7", locksmith.WithTTL(100*time.Millisecond))

@@ -17,8 +17,8 @@ func TestFencesIncrease(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		lockers := []*locksmith.Locker{
-			locksmith.New(b.client(t), locksmith.WithFencing()),
-			locksmith.New(b.client(t), locksmith.WithFencing()),
+			newLocker(t, b.client(t), locksmith.WithFencing()),
+			newLocker(t, b.client(t), locksmith.WithFencing()),
 		}
 		var last int64
 		for i := range 20 {
@@ -34,14 +34,14 @@ func TestFencesIncrease(t *testing.T) {
 
 		// Without fencing, no token and no counter.
 		plain := uniqueKey(t)
-		lk, err := locksmith.New(b.client(t)).Obtain(ctx, plain)
+		lk, err := newLocker(t, b.client(t)).Obtain(ctx, plain)
 		require.NoError(t, err)
 		require.Zero(t, lk.Fence())
 		require.Zero(t, raw.Exists(ctx, names(t, "", plain).Fence).Val())
 		require.NoError(t, lk.Release(ctx))
 
 		// A per-call option turns it on.
-		lk, err = locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithFencing())
+		lk, err = newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithFencing())
 		require.NoError(t, err)
 		require.Greater(t, lk.Fence(), last)
 		require.NoError(t, lk.Release(ctx))
@@ -52,7 +52,7 @@ func TestFencesIncreaseAfterCounterLoss(t *testing.T) {
 	srv := redistest.New(t)
 	ctx := t.Context()
 	key := uniqueKey(t)
-	l := locksmith.New(srv.Client(t), locksmith.WithFencing())
+	l := newLocker(t, srv.Client(t), locksmith.WithFencing())
 	lk, err := l.Obtain(ctx, key)
 	require.NoError(t, err)
 	old := lk.Fence()
@@ -75,7 +75,7 @@ func TestResentFencedAcquireKeepsItsFence(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		f := &fault{}
-		l := locksmith.New(b.client(t, f), locksmith.WithFencing())
+		l := newLocker(t, b.client(t, f), locksmith.WithFencing())
 		f.resend.Store(true)
 		lk, err := l.Obtain(ctx, key)
 		f.resend.Store(false)
@@ -89,7 +89,7 @@ func TestResentFencedAcquireKeepsItsFence(t *testing.T) {
 
 func TestFenceReachableFromWithLock(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		l := locksmith.New(b.client(t), locksmith.WithFencing())
+		l := newLocker(t, b.client(t), locksmith.WithFencing())
 		var fence int64
 		require.NoError(t, l.WithLock(t.Context(), uniqueKey(t), func(ctx context.Context) error {
 			fence = locksmith.LockFromContext(ctx).Fence()
@@ -108,7 +108,7 @@ func TestFenceTTL(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		counter := names(t, "", key).Fence
-		l := locksmith.New(b.client(t), locksmith.WithFencing(), locksmith.WithFenceTTL(time.Hour))
+		l := newLocker(t, b.client(t), locksmith.WithFencing(), locksmith.WithFenceTTL(time.Hour))
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
 		ttl := raw.PTTL(ctx, counter).Val()
@@ -117,7 +117,7 @@ func TestFenceTTL(t *testing.T) {
 		// A waiter of another Locker is handed the lock, and its token
 		// renews the counter's TTL.
 		require.NoError(t, raw.PExpire(ctx, counter, time.Minute).Err())
-		w := locksmith.New(b.client(t), locksmith.WithFencing(), locksmith.WithFenceTTL(time.Hour))
+		w := newLocker(t, b.client(t), locksmith.WithFencing(), locksmith.WithFenceTTL(time.Hour))
 		got := obtainInBackground(ctx, w, nil, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 		waitQueued(t, raw, key, 1)
 		require.NoError(t, lk.Release(ctx))

@@ -205,7 +205,7 @@ func FuzzObtainInputs(f *testing.F) {
 			checkBackoff(t, retryKind, time.Duration(retryA), time.Duration(retryB), retryN)
 		}
 
-		locker := locksmith.New(client, newOpts...)
+		locker := newLocker(t, client, newOpts...)
 		before := sent.n.Load()
 		start := time.Now()
 		lk, err := locker.Obtain(ctx, key, callOpts...)

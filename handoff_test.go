@@ -178,7 +178,7 @@ func nextAnnouncement(t *testing.T, ps *redis.PubSub) string {
 // opts as its defaults.
 func holdLong(t *testing.T, c redis.UniversalClient, key string, opts ...locksmith.Option) *locksmith.Lock {
 	t.Helper()
-	lk, err := locksmith.New(c, opts...).Obtain(t.Context(), key, locksmith.WithTTL(time.Minute))
+	lk, err := newLocker(t, c, opts...).Obtain(t.Context(), key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 	return lk
 }
@@ -202,12 +202,12 @@ func TestHandoffSendsNoRequest(t *testing.T) {
 				ctx := t.Context()
 				raw := b.client(t)
 				const ttl = 10 * time.Second
-				holder, err := locksmith.New(b.client(t)).Obtain(ctx, tc.key, locksmith.WithTTL(time.Minute))
+				holder, err := newLocker(t, b.client(t)).Obtain(ctx, tc.key, locksmith.WithTTL(time.Minute))
 				require.NoError(t, err)
 				announced := subscribeReleases(t, raw, tc.key)
 
 				cnt, done := &counter{}, &scripts{}
-				l := checked(t, locksmith.New(b.client(t, cnt, done), locksmith.WithTTL(ttl)), &done.n)
+				l := checked(t, newLocker(t, b.client(t, cnt, done), locksmith.WithTTL(ttl)), &done.n)
 				cnt.reset()
 				called := time.Now()
 				got := obtainInBackground(ctx, l, cnt, tc.key, locksmith.WithRetry(forever))
@@ -255,7 +255,7 @@ func TestHandoffTakesNextFence(t *testing.T) {
 		require.Positive(t, holder.Fence())
 		announced := subscribeReleases(t, raw, key)
 
-		l := locksmith.New(b.client(t), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second))
+		l := newLocker(t, b.client(t), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second))
 		got := obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 1)
 		require.True(t, strings.HasPrefix(queueEntries(t, raw, key)[0], "10000 1 "), "entry %q", queueEntries(t, raw, key))
@@ -296,7 +296,7 @@ func TestHandoffFirstComeFirstServed(t *testing.T) {
 		)
 		for i := range waiters {
 			done := &scripts{}
-			l := checked(t, locksmith.New(b.client(t, done), locksmith.WithTTL(10*time.Second)), &done.n)
+			l := checked(t, newLocker(t, b.client(t, done), locksmith.WithTTL(10*time.Second)), &done.n)
 			got[i] = obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
 			waitQueued(t, raw, key, i+1)
 			done.wait(t, 2)
@@ -340,12 +340,12 @@ func TestHandoffOrderSurvivesRenewal(t *testing.T) {
 		holder := holdLong(t, b.client(t), key)
 
 		first, second := &scripts{}, &scripts{}
-		got1 := obtainInBackground(ctx, checked(t, locksmith.New(b.client(t, first)), &first.n), nil, key, locksmith.WithRetry(forever))
+		got1 := obtainInBackground(ctx, checked(t, newLocker(t, b.client(t, first)), &first.n), nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 1)
 		first.wait(t, 2)
 		token1 := entryToken(queueEntries(t, raw, key)[0])
 		time.Sleep(time.Second)
-		got2 := obtainInBackground(ctx, checked(t, locksmith.New(b.client(t, second)), &second.n), nil, key, locksmith.WithRetry(forever))
+		got2 := obtainInBackground(ctx, checked(t, newLocker(t, b.client(t, second)), &second.n), nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 2)
 		second.wait(t, 2)
 		token2 := entryToken(queueEntries(t, raw, key)[1])
@@ -390,7 +390,7 @@ func TestHandoffWaiterThatGivesUpWithdraws(t *testing.T) {
 
 				wctx, cancel := context.WithCancel(ctx)
 				defer cancel()
-				got := obtainInBackground(wctx, locksmith.New(b.client(t)), nil, key, locksmith.WithRetry(tc.retry))
+				got := obtainInBackground(wctx, newLocker(t, b.client(t)), nil, key, locksmith.WithRetry(tc.retry))
 				if tc.cancel {
 					waitQueued(t, raw, key, 1)
 					cancel()
@@ -435,9 +435,9 @@ func TestHandoffToDepartingWaiterStrandsNothing(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b backend) {
 				ctx := t.Context()
 				raw := b.client(t)
-				holders := locksmith.New(b.client(t), locksmith.WithTTL(ttl))
-				waiters := locksmith.New(b.client(t), locksmith.WithTTL(ttl))
-				others := locksmith.New(b.client(t), locksmith.WithTTL(ttl))
+				holders := newLocker(t, b.client(t), locksmith.WithTTL(ttl))
+				waiters := newLocker(t, b.client(t), locksmith.WithTTL(ttl))
+				others := newLocker(t, b.client(t), locksmith.WithTTL(ttl))
 				var handed, gaveUp int
 				for i := range 50 {
 					key := uniqueKey(t)
@@ -521,7 +521,7 @@ func TestHandoffMissedAnnouncement(t *testing.T) {
 	holder := holdLong(t, srv.Client(t), key, locksmith.WithFencing())
 
 	done := &scripts{}
-	l := checked(t, locksmith.New(newClient(t, srv.Options(), []redis.Hook{done}), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second)), &done.n)
+	l := checked(t, newLocker(t, newClient(t, srv.Options(), []redis.Hook{done}), locksmith.WithFencing(), locksmith.WithTTL(10*time.Second)), &done.n)
 	got := obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
 	waitQueued(t, raw, key, 1)
 	done.wait(t, 2)
@@ -556,14 +556,14 @@ func TestHandoffSkipsLapsedEntries(t *testing.T) {
 		raw := b.client(t)
 		// alone has only the dead waiter; behind has a live one too.
 		alone, behind := uniqueKey(t), uniqueKey(t)
-		holders := locksmith.New(b.client(t), locksmith.WithTTL(time.Minute))
+		holders := newLocker(t, b.client(t), locksmith.WithTTL(time.Minute))
 		holderAlone, err := holders.Obtain(ctx, alone)
 		require.NoError(t, err)
 		holderBehind, err := holders.Obtain(ctx, behind)
 		require.NoError(t, err)
 
 		deadClient := b.client(t)
-		dead := locksmith.New(deadClient, locksmith.WithTTL(10*time.Second))
+		dead := newLocker(t, deadClient, locksmith.WithTTL(10*time.Second))
 		dctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		deadAlone := obtainInBackground(dctx, dead, nil, alone, locksmith.WithRetry(forever))
@@ -571,7 +571,7 @@ func TestHandoffSkipsLapsedEntries(t *testing.T) {
 		deadBehind := obtainInBackground(dctx, dead, nil, behind, locksmith.WithRetry(forever))
 		waitQueued(t, raw, behind, 1)
 		deadToken := entryToken(queueEntries(t, raw, behind)[0])
-		live := obtainInBackground(ctx, locksmith.New(b.client(t), locksmith.WithTTL(10*time.Second)), nil, behind,
+		live := obtainInBackground(ctx, newLocker(t, b.client(t), locksmith.WithTTL(10*time.Second)), nil, behind,
 			locksmith.WithRetry(forever))
 		waitQueued(t, raw, behind, 2)
 
@@ -619,7 +619,7 @@ func TestHandoffSkipsFencedEntryWithoutCounter(t *testing.T) {
 		holder := holdLong(t, b.client(t), key)
 		announced := subscribeReleases(t, raw, key)
 
-		got := obtainInBackground(ctx, locksmith.New(b.client(t), locksmith.WithFencing()), nil, key, locksmith.WithRetry(forever))
+		got := obtainInBackground(ctx, newLocker(t, b.client(t), locksmith.WithFencing()), nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 1)
 		require.NoError(t, holder.Release(ctx))
 		require.Equal(t, "", nextAnnouncement(t, announced))
@@ -652,7 +652,7 @@ func TestHandoffOnCluster(t *testing.T) {
 			cnt, done := &counter{}, &scripts{}
 			wc := cl.Client(t)
 			wc.OnNewNode(func(c *redis.Client) { c.AddHook(cnt); c.AddHook(done) })
-			wl := locksmith.New(wc, locksmith.WithFencing())
+			wl := newLocker(t, wc, locksmith.WithFencing())
 			checked(t, wl, &done.n)
 			cnt.reset()
 			got := obtainInBackground(ctx, wl, cnt, key, locksmith.WithRetry(forever))
@@ -676,7 +676,7 @@ func TestHandoffNotQueued(t *testing.T) {
 		q := newQuorum(t)
 		ctx := t.Context()
 		key := uniqueKey(t)
-		holder, err := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(time.Minute)).Obtain(ctx, key)
+		holder, err := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(time.Minute)).Obtain(ctx, key)
 		require.NoError(t, err)
 
 		done := &scripts{}
@@ -686,7 +686,7 @@ func TestHandoffNotQueued(t *testing.T) {
 			opt.ContextTimeoutEnabled = true
 			cs = append(cs, newClient(t, opt, []redis.Hook{done}))
 		}
-		got := obtainInBackground(ctx, checked(t, locksmith.NewQuorum(cs), &done.n), nil, key, locksmith.WithRetry(forever))
+		got := obtainInBackground(ctx, checked(t, newQuorumLocker(t, cs), &done.n), nil, key, locksmith.WithRetry(forever))
 		// Two attempts on each master: the first, and the one when its
 		// subscription is confirmed.
 		done.wait(t, 2*int64(len(q.servers)))
@@ -718,7 +718,7 @@ func TestHandoffNotQueued(t *testing.T) {
 
 			done := &scripts{}
 			wctx, cancel := context.WithCancel(ctx)
-			got := obtainInBackground(wctx, checked(t, locksmith.New(b.client(t, done)), &done.n), nil, key,
+			got := obtainInBackground(wctx, checked(t, newLocker(t, b.client(t, done)), &done.n), nil, key,
 				locksmith.WithRetry(forever), locksmith.WithReplicas(1, 10*time.Millisecond))
 			done.wait(t, 2)
 			require.Zero(t, raw.Exists(ctx, queueKey(key)).Val(), "a waiter for replicas was queued")
@@ -743,7 +743,7 @@ func TestHandoffAfterLongWaitRefreshes(t *testing.T) {
 		holder := holdLong(t, b.client(t), key)
 
 		called := time.Now()
-		got := obtainInBackground(ctx, locksmith.New(b.client(t), locksmith.WithTTL(ttl)), nil, key, locksmith.WithRetry(forever))
+		got := obtainInBackground(ctx, newLocker(t, b.client(t), locksmith.WithTTL(ttl)), nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 1)
 		// Past the waiter's validity, well before its entry's renewal.
 		time.Sleep(time.Until(called.Add(ttl + 200*time.Millisecond)))
@@ -771,7 +771,7 @@ func TestHandoffLeaseRenewsInTime(t *testing.T) {
 		const ttl = time.Second
 		holder := holdLong(t, b.client(t), key)
 
-		l := locksmith.New(b.client(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(800*time.Millisecond))
+		l := newLocker(t, b.client(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(800*time.Millisecond))
 		called := time.Now()
 		got := obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(forever))
 		waitQueued(t, raw, key, 1)

@@ -48,7 +48,7 @@ func TestReturnsPromptlyAfterLossWhenRedisHangs(t *testing.T) {
 			srv := redistest.New(t)
 			opt := srv.Options()
 			opt.ContextTimeoutEnabled = true
-			l := locksmith.New(newClient(t, opt, nil), locksmith.WithTTL(ttl))
+			l := newLocker(t, newClient(t, opt, nil), locksmith.WithTTL(ttl))
 			var lostAt time.Time
 			err := tc.run(t, l, uniqueKey(t), func(ctx context.Context) error {
 				freeze(t, srv)
@@ -75,7 +75,7 @@ func TestReleaseEndsSoonAfterDeadlineWhenRedisHangs(t *testing.T) {
 	srv := redistest.New(t)
 	opt := srv.Options()
 	opt.ContextTimeoutEnabled = true
-	l := locksmith.New(newClient(t, opt, nil), locksmith.WithTTL(ttl))
+	l := newLocker(t, newClient(t, opt, nil), locksmith.WithTTL(ttl))
 	var deadline time.Time
 	err := l.WithLock(t.Context(), uniqueKey(t), func(ctx context.Context) error {
 		deadline = locksmith.LockFromContext(ctx).Deadline()

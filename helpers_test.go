@@ -14,9 +14,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/leakcheck"
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
@@ -29,26 +29,7 @@ func TestMain(m *testing.M) {
 	redistest.StopShared()
 	redistest.StopSharedCluster()
 	redistest.StopSharedSentinel()
-	if code == 0 {
-		if err := findLeaks(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// findLeaks reports goroutines left running. A Locker's pub/sub
-// dispatcher stops by itself about a second after its last waiter, so
-// goroutines get a few seconds to finish.
-func findLeaks() error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := goleak.Find()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-	}
+	os.Exit(leakcheck.After(code))
 }
 
 type quietLogger struct{}

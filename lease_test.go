@@ -34,7 +34,7 @@ func TestLeaseKeepsLockPastManyTTLs(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		const ttl = 100 * time.Millisecond
-		lk, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(ttl))
+		lk, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(ttl))
 		require.NoError(t, err)
 		lctx := lk.Lease(ctx)
 		require.Same(t, lk, locksmith.LockFromContext(lctx))
@@ -62,7 +62,7 @@ func TestLeaseDetectsLoss(t *testing.T) {
 				ctx := t.Context()
 				raw := b.client(t)
 				key := uniqueKey(t)
-				lk, err := locksmith.New(b.client(t)).Obtain(ctx, key,
+				lk, err := newLocker(t, b.client(t)).Obtain(ctx, key,
 					locksmith.WithTTL(10*time.Second), locksmith.WithRenewInterval(20*time.Millisecond))
 				require.NoError(t, err)
 				lctx := lk.Lease(ctx)
@@ -98,7 +98,7 @@ func TestLeaseEndsByDeadlineWhenRenewalsFail(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		f := &fault{}
-		lk, err := locksmith.New(b.client(t, f)).Obtain(ctx, uniqueKey(t),
+		lk, err := newLocker(t, b.client(t, f)).Obtain(ctx, uniqueKey(t),
 			locksmith.WithTTL(300*time.Millisecond), locksmith.WithRenewInterval(50*time.Millisecond))
 		require.NoError(t, err)
 		lctx := lk.Lease(ctx)
@@ -123,7 +123,7 @@ func TestLeaseEndsByDeadlineWhenRedisHangs(t *testing.T) {
 	srv := redistest.New(t)
 	ctx := t.Context()
 	raw := srv.Client(t)
-	lk, err := locksmith.New(srv.Client(t)).Obtain(ctx, uniqueKey(t),
+	lk, err := newLocker(t, srv.Client(t)).Obtain(ctx, uniqueKey(t),
 		locksmith.WithTTL(300*time.Millisecond), locksmith.WithRenewInterval(50*time.Millisecond))
 	require.NoError(t, err)
 	lctx := lk.Lease(ctx)
@@ -145,7 +145,7 @@ func TestLeaseSurvivesTransientErrors(t *testing.T) {
 		raw := b.client(t)
 		f := &fault{}
 		key := uniqueKey(t)
-		lk, err := locksmith.New(b.client(t, f)).Obtain(ctx, key,
+		lk, err := newLocker(t, b.client(t, f)).Obtain(ctx, key,
 			locksmith.WithTTL(2*time.Second), locksmith.WithRenewInterval(30*time.Millisecond))
 		require.NoError(t, err)
 		lctx := lk.Lease(ctx)
@@ -174,7 +174,7 @@ func TestLeaseRenewalStops(t *testing.T) {
 		t.Run("on release", func(t *testing.T) {
 			ctx := t.Context()
 			cnt := &counter{}
-			lk, err := locksmith.New(b.client(t, cnt)).Obtain(ctx, uniqueKey(t), locksmith.WithRenewInterval(interval))
+			lk, err := newLocker(t, b.client(t, cnt)).Obtain(ctx, uniqueKey(t), locksmith.WithRenewInterval(interval))
 			require.NoError(t, err)
 			lk.Lease(ctx)
 			eventually(t, 5*time.Second, func() bool { return cnt.count() > 3 }, "no renewals")
@@ -185,7 +185,7 @@ func TestLeaseRenewalStops(t *testing.T) {
 			cnt := &counter{}
 			raw := b.client(t)
 			key := uniqueKey(t)
-			lk, err := locksmith.New(b.client(t, cnt)).Obtain(t.Context(), key, locksmith.WithRenewInterval(interval))
+			lk, err := newLocker(t, b.client(t, cnt)).Obtain(t.Context(), key, locksmith.WithRenewInterval(interval))
 			require.NoError(t, err)
 			errStop := errors.New("caller stopped")
 			ctx, cancel := context.WithCancelCause(t.Context())
@@ -212,7 +212,7 @@ func TestLeasesShareOneRenewal(t *testing.T) {
 		ctx := t.Context()
 		cnt := &counter{}
 		const interval = 20 * time.Millisecond
-		lk, err := locksmith.New(b.client(t, cnt)).Obtain(ctx, uniqueKey(t), locksmith.WithRenewInterval(interval))
+		lk, err := newLocker(t, b.client(t, cnt)).Obtain(ctx, uniqueKey(t), locksmith.WithRenewInterval(interval))
 		require.NoError(t, err)
 		start := time.Now()
 		n := cnt.count()
@@ -235,7 +235,7 @@ func TestFailedReleaseKeepsRenewing(t *testing.T) {
 		raw := b.client(t)
 		f := &fault{}
 		key := uniqueKey(t)
-		lk, err := locksmith.New(b.client(t, f)).Obtain(ctx, key,
+		lk, err := newLocker(t, b.client(t, f)).Obtain(ctx, key,
 			locksmith.WithTTL(300*time.Millisecond), locksmith.WithRenewInterval(30*time.Millisecond))
 		require.NoError(t, err)
 		lctx := lk.Lease(ctx)
@@ -260,7 +260,7 @@ func TestWithLock(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t), locksmith.WithPrefix("wl:"))
+		l := newLocker(t, b.client(t), locksmith.WithPrefix("wl:"))
 		key := uniqueKey(t)
 		require.Nil(t, locksmith.LockFromContext(ctx))
 
@@ -288,7 +288,7 @@ func TestWithLock(t *testing.T) {
 func TestWithLockNotObtainedRunsNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		key := uniqueKey(t)
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
@@ -306,7 +306,7 @@ func TestWithLockReleasesOnPanic(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		type boom struct{}
 		func() {
 			defer func() {
@@ -323,7 +323,7 @@ func TestWithLockReleasesAfterCallerCancels(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		raw := b.client(t)
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		ctx, cancel := context.WithCancel(t.Context())
 		err := l.WithLock(ctx, key, func(ctx context.Context) error {
 			cancel()
@@ -342,7 +342,7 @@ func TestWithLockReportsLoss(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			l := locksmith.New(b.client(t), locksmith.WithRenewInterval(10*time.Millisecond))
+			l := newLocker(t, b.client(t), locksmith.WithRenewInterval(10*time.Millisecond))
 			err := l.WithLock(ctx, key, func(ctx context.Context) error {
 				require.NoError(t, raw.Del(ctx, key).Err())
 				<-ctx.Done()
@@ -354,7 +354,7 @@ func TestWithLockReportsLoss(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			l := locksmith.New(b.client(t))
+			l := newLocker(t, b.client(t))
 			err := l.WithLock(ctx, key, func(ctx context.Context) error {
 				// Gone before the first renewal could notice.
 				return raw.Del(ctx, key).Err()
@@ -366,7 +366,7 @@ func TestWithLockReportsLoss(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			l := locksmith.New(b.client(t), locksmith.WithRenewInterval(10*time.Millisecond))
+			l := newLocker(t, b.client(t), locksmith.WithRenewInterval(10*time.Millisecond))
 			err := l.WithLock(ctx, key, func(ctx context.Context) error {
 				require.NoError(t, raw.Del(ctx, key).Err())
 				<-ctx.Done()
@@ -384,7 +384,7 @@ func TestLeaseFollowsShorterRefresh(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			lk, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(3*time.Second))
+			lk, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(3*time.Second))
 			require.NoError(t, err)
 			lctx := lk.Lease(ctx)
 			require.NoError(t, lk.Refresh(ctx, 300*time.Millisecond))
@@ -398,7 +398,7 @@ func TestLeaseFollowsShorterRefresh(t *testing.T) {
 		t.Run("ends by the new deadline", func(t *testing.T) {
 			ctx := t.Context()
 			f := &fault{}
-			lk, err := locksmith.New(b.client(t, f)).Obtain(ctx, uniqueKey(t), locksmith.WithTTL(5*time.Second))
+			lk, err := newLocker(t, b.client(t, f)).Obtain(ctx, uniqueKey(t), locksmith.WithTTL(5*time.Second))
 			require.NoError(t, err)
 			lctx := lk.Lease(ctx)
 			at := doneAt(lctx)
@@ -412,7 +412,7 @@ func TestLeaseFollowsShorterRefresh(t *testing.T) {
 		})
 		t.Run("rejects a TTL under the renew interval", func(t *testing.T) {
 			ctx := t.Context()
-			lk, err := locksmith.New(b.client(t)).Obtain(ctx, uniqueKey(t),
+			lk, err := newLocker(t, b.client(t)).Obtain(ctx, uniqueKey(t),
 				locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(200*time.Millisecond))
 			require.NoError(t, err)
 			require.ErrorIs(t, lk.Refresh(ctx, 200*time.Millisecond), locksmith.ErrInvalidArgument)

@@ -21,7 +21,7 @@ func TestObtainRelease(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		cnt := &counter{}
-		l := locksmith.New(b.client(t, cnt), locksmith.WithPrefix("app:"), locksmith.WithTTL(time.Second))
+		l := newLocker(t, b.client(t, cnt), locksmith.WithPrefix("app:"), locksmith.WithTTL(time.Second))
 		key := uniqueKey(t)
 		warmUp(t, l)
 		cnt.reset()
@@ -65,13 +65,13 @@ func TestObtainHeldTryOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		key := uniqueKey(t)
-		holder := locksmith.New(b.client(t))
+		holder := newLocker(t, b.client(t))
 		lk, err := holder.Obtain(ctx, key)
 		require.NoError(t, err)
 		defer lk.Release(ctx)
 
 		cnt := &counter{}
-		other := locksmith.New(b.client(t, cnt))
+		other := newLocker(t, b.client(t, cnt))
 		warmUp(t, other)
 		cnt.reset()
 		_, err = other.Obtain(ctx, key)
@@ -85,7 +85,7 @@ func TestObtainRetryWinsAfterRelease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t), locksmith.WithTTL(10*time.Second))
+		l := newLocker(t, b.client(t), locksmith.WithTTL(10*time.Second))
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
 
@@ -94,7 +94,7 @@ func TestObtainRetryWinsAfterRelease(t *testing.T) {
 			time.Sleep(30 * time.Millisecond)
 			released <- lk.Release(context.Background())
 		}()
-		waiter, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
+		waiter, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
 		require.NoError(t, <-released, "the holder's Release")
 		require.NoError(t, err)
 		require.NoError(t, waiter.Release(ctx))
@@ -134,7 +134,7 @@ func TestRetryGivesUpAndBudgetsArePerCall(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		lk, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
 		defer lk.Release(ctx)
@@ -143,8 +143,8 @@ func TestRetryGivesUpAndBudgetsArePerCall(t *testing.T) {
 		shared := locksmith.LimitRetry(locksmith.LinearBackoff(50*time.Millisecond), 3)
 		cs := &countingStrategy{s: shared}
 		cnt := &counter{}
-		other := locksmith.New(b.client(t, cnt), locksmith.WithRetry(cs))
-		warmUp(t, locksmith.New(b.client(t)))
+		other := newLocker(t, b.client(t, cnt), locksmith.WithRetry(cs))
+		warmUp(t, newLocker(t, b.client(t)))
 		// The Locker's first call checks the user's permissions: do it
 		// now, uncounted.
 		require.NoError(t, other.Check(ctx))
@@ -183,7 +183,7 @@ func TestRetryGivesUpAndBudgetsArePerCall(t *testing.T) {
 func TestObtainContextEndsWhileWaiting(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		lk, err := l.Obtain(t.Context(), key)
 		require.NoError(t, err)
 		defer lk.Release(t.Context())
@@ -198,7 +198,7 @@ func TestObtainContextEndsWhileWaiting(t *testing.T) {
 		cnt := &counter{}
 		done, cancel2 := context.WithCancel(t.Context())
 		cancel2()
-		_, err = locksmith.New(b.client(t, cnt)).Obtain(done, uniqueKey(t))
+		_, err = newLocker(t, b.client(t, cnt)).Obtain(done, uniqueKey(t))
 		require.ErrorIs(t, err, locksmith.ErrNotObtained)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Zero(t, cnt.count())
@@ -217,7 +217,7 @@ func TestWaiterWakesWhenCrashedHoldersTTLRunsOut(t *testing.T) {
 		// holder's remaining TTL, reported by the failed attempt, wakes it.
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		lk, err := locksmith.New(b.client(t)).Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		lk, err := newLocker(t, b.client(t)).Obtain(wctx, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 		require.NoError(t, err)
 		require.NoError(t, lk.Release(ctx))
 	})
@@ -228,14 +228,14 @@ func TestExpiryThenTakeover(t *testing.T) {
 		ctx := t.Context()
 		key := uniqueKey(t)
 		raw := b.client(t)
-		old, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(100*time.Millisecond))
+		old, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(100*time.Millisecond))
 		require.NoError(t, err)
 
 		b.elapse(t, 150*time.Millisecond)
 		_, err = old.TTL(ctx)
 		require.ErrorIs(t, err, locksmith.ErrNotHeld, "TTL of an expired lock")
 
-		newer, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		newer, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 		require.NoError(t, err)
 
 		require.ErrorIs(t, old.Refresh(ctx, time.Hour), locksmith.ErrNotHeld)
@@ -256,7 +256,7 @@ func TestExpiryThenTakeover(t *testing.T) {
 func TestRefresh(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
-		lk, err := locksmith.New(b.client(t)).Obtain(ctx, uniqueKey(t), locksmith.WithTTL(200*time.Millisecond))
+		lk, err := newLocker(t, b.client(t)).Obtain(ctx, uniqueKey(t), locksmith.WithTTL(200*time.Millisecond))
 		require.NoError(t, err)
 		defer lk.Release(ctx)
 		first := lk.Deadline()
@@ -282,8 +282,8 @@ func TestContentionNoOverlap(t *testing.T) {
 		key := uniqueKey(t)
 		// Two Lockers on separate connection pools, as two processes.
 		lockers := []*locksmith.Locker{
-			locksmith.New(b.client(t), locksmith.WithTTL(5*time.Second)),
-			locksmith.New(b.client(t), locksmith.WithTTL(5*time.Second)),
+			newLocker(t, b.client(t), locksmith.WithTTL(5*time.Second)),
+			newLocker(t, b.client(t), locksmith.WithTTL(5*time.Second)),
 		}
 		const perLocker, rounds = 8, 15
 		acquired, overlaps := contend(t, ctx, lockers, key, perLocker, rounds, 100*time.Microsecond,
@@ -297,7 +297,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t), locksmith.WithTTL(time.Second))
+		l := newLocker(t, b.client(t), locksmith.WithTTL(time.Second))
 		flush := func() { require.NoError(t, raw.ScriptFlush(ctx).Err()) }
 
 		flush()
@@ -319,7 +319,7 @@ func TestRedisUnreachableIsNotNotObtained(t *testing.T) {
 	addr := m.Addr()
 	m.Close()
 	c := newClient(t, &redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond}, nil)
-	l := locksmith.New(c)
+	l := newLocker(t, c)
 
 	for _, opts := range [][]locksmith.Option{
 		nil,
@@ -342,7 +342,7 @@ func TestRedisDownWhileHeld(t *testing.T) {
 	srv := redistest.New(t)
 	ctx := t.Context()
 	c := newClient(t, &redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1}, nil)
-	l := locksmith.New(c, locksmith.WithTTL(time.Second))
+	l := newLocker(t, c, locksmith.WithTTL(time.Second))
 	lk, err := l.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err)
 
@@ -369,7 +369,7 @@ func TestRedisErrorReplyIsNotNotObtained(t *testing.T) {
 		key := uniqueKey(t)
 		// The key holds a hash, so the script's GET fails with WRONGTYPE.
 		require.NoError(t, raw.HSet(ctx, key, "f", "v").Err())
-		_, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Millisecond)))
+		_, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(time.Millisecond)))
 		require.Error(t, err)
 		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
 		var rerr redis.Error
@@ -383,7 +383,7 @@ func TestObtainReplyLostLeavesNoLock(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		f := &fault{}
-		l := locksmith.New(b.client(t, f))
+		l := newLocker(t, b.client(t, f))
 		// The cleanup's reply is lost too; with the script cached (as it
 		// is after a first call) the cleanup still runs on the server.
 		warmUp(t, l)
@@ -409,7 +409,7 @@ func TestObtainCancelledMidCallLeavesNoLock(t *testing.T) {
 	// The server sleeps through the call; the client gives up when ctx
 	// ends, after the acquire was sent.
 	c := newClient(t, &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1}, nil)
-	l := locksmith.New(c)
+	l := newLocker(t, c)
 	// Load the script first so the call in flight is the acquire itself.
 	lk, err := l.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err)
@@ -434,7 +434,7 @@ func TestObtainReplyAfterValidityIsNotSuccess(t *testing.T) {
 		raw := b.client(t)
 		key := uniqueKey(t)
 		f := &fault{}
-		l := locksmith.New(b.client(t, f))
+		l := newLocker(t, b.client(t, f))
 		warmUp(t, l)
 		// The lock lives 2s on the server, but the client counts it valid
 		// for 2s - 1.9s = 100ms; the reply arrives after 200ms.
@@ -451,7 +451,7 @@ func TestResentAcquireIsNotReportedAsHeld(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		f := &fault{}
-		l := locksmith.New(b.client(t, f))
+		l := newLocker(t, b.client(t, f))
 		// A client that resends the acquire after losing its reply must
 		// not be told that it lost to itself.
 		f.resend.Store(true)
@@ -467,7 +467,7 @@ func TestConcurrentReleaseOfOneHandle(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		lk, err := locksmith.New(b.client(t)).Obtain(ctx, key)
+		lk, err := newLocker(t, b.client(t)).Obtain(ctx, key)
 		require.NoError(t, err)
 		lctx := lk.Lease(ctx)
 
@@ -501,7 +501,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 	cnt := &counter{}
 	c := newClient(t, &redis.Options{Addr: m.Addr()}, []redis.Hook{cnt})
 	ctx := t.Context()
-	good := locksmith.New(c)
+	good := newLocker(t, c)
 	fn := func(context.Context) error { return nil }
 
 	cases := []struct {
@@ -528,9 +528,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"TTL shortened below renew interval", good, "k", []locksmith.Option{locksmith.WithRenewInterval(time.Second), locksmith.WithTTL(500 * time.Millisecond)}},
 		{"negative drift", good, "k", []locksmith.Option{locksmith.WithDrift(-time.Millisecond)}},
 		{"drift not under TTL", good, "k", []locksmith.Option{locksmith.WithTTL(time.Second), locksmith.WithDrift(time.Second)}},
-		{"nil client", locksmith.New(nil), "k", nil},
-		{"typed nil client", locksmith.New((*redis.Client)(nil)), "k", nil},
-		{"bad default", locksmith.New(c, locksmith.WithTTL(0)), "k", nil},
+		{"nil client", newLocker(t, nil), "k", nil},
+		{"typed nil client", newLocker(t, (*redis.Client)(nil)), "k", nil},
+		{"bad default", newLocker(t, c, locksmith.WithTTL(0)), "k", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -569,7 +569,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 func TestTTLTruncatedToMilliseconds(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := newClient(t, &redis.Options{Addr: m.Addr()}, nil)
-	lk, err := locksmith.New(c).Obtain(t.Context(), "k", locksmith.WithTTL(1500*time.Microsecond+time.Second))
+	lk, err := newLocker(t, c).Obtain(t.Context(), "k", locksmith.WithTTL(1500*time.Microsecond+time.Second))
 	require.NoError(t, err)
 	require.Equal(t, 1001*time.Millisecond, m.TTL("k"))
 	require.NoError(t, lk.Release(t.Context()))

@@ -33,7 +33,7 @@ func TestLookAlikeKeysAreIndependent(t *testing.T) {
 func testLookAlikes(t *testing.T, client redis.UniversalClient) {
 	ctx := t.Context()
 	prefix := uniqueKey(t) + ":"
-	l := locksmith.New(client, locksmith.WithPrefix(prefix))
+	l := newLocker(t, client, locksmith.WithPrefix(prefix))
 
 	// Each job runs once, whatever ran before under a look-alike name.
 	for _, key := range lookAlikes {
@@ -50,7 +50,7 @@ func testLookAlikes(t *testing.T, client redis.UniversalClient) {
 		require.NoError(t, err, "Obtain(%q)", key)
 		holders[key] = lk
 	}
-	w := locksmith.New(client, locksmith.WithPrefix(prefix))
+	w := newLocker(t, client, locksmith.WithPrefix(prefix))
 	type result struct {
 		key string
 		lk  *locksmith.Lock

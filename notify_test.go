@@ -49,7 +49,7 @@ func requireWokenByRelease(t *testing.T, newLocker func() *locksmith.Locker, key
 
 func TestWaiterWokenByRelease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		requireWokenByRelease(t, func() *locksmith.Locker { return locksmith.New(b.client(t)) }, uniqueKey(t))
+		requireWokenByRelease(t, func() *locksmith.Locker { return newLocker(t, b.client(t)) }, uniqueKey(t))
 	})
 }
 
@@ -57,12 +57,12 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		key, other := uniqueKey(t), uniqueKey(t)
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		holder, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 		require.NoError(t, err)
 		defer holder.Release(ctx)
 
 		cnt := &counter{}
-		l := locksmith.New(b.client(t, cnt))
+		l := newLocker(t, b.client(t, cnt))
 		wctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		for range 32 {
@@ -83,7 +83,7 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 		settled := cnt.count()
 
 		// Releases of another key, and time passing, wake nobody.
-		ol := locksmith.New(b.client(t))
+		ol := newLocker(t, b.client(t))
 		for range 20 {
 			lk, err := ol.Obtain(ctx, other)
 			require.NoError(t, err)
@@ -100,10 +100,10 @@ func TestNextInLineServedWhenHeadGivesUp(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		key := uniqueKey(t)
-		holder, err := locksmith.New(b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		holder, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 		require.NoError(t, err)
 
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		headCtx, cancelHead := context.WithCancel(ctx)
 		headDone := make(chan error, 1)
 		go func() {
@@ -134,7 +134,7 @@ func TestFairnessWithinLocker(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		const workers = 8
 		var (
 			mu       sync.Mutex
@@ -210,7 +210,7 @@ func TestRequestsPerAcquisitionDoNotGrowWithWaiters(t *testing.T) {
 			const lockers = 2
 			ls := make([]*locksmith.Locker, lockers)
 			for i := range ls {
-				ls[i] = locksmith.New(srv.Client(t))
+				ls[i] = newLocker(t, srv.Client(t))
 				warmUp(t, ls[i])
 			}
 			before := readsProcessed(t, raw)
@@ -233,10 +233,10 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 	ctx := t.Context()
 	raw := srv.Client(t)
 	key := uniqueKey(t)
-	holder, err := locksmith.New(srv.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	holder, err := newLocker(t, srv.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 
-	waiter := locksmith.New(srv.Client(t))
+	waiter := newLocker(t, srv.Client(t))
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -261,7 +261,7 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 func TestWaiterWokenOnCluster(t *testing.T) {
 	cc := redistest.SharedCluster(t).Client(t)
 	for _, key := range []string{uniqueKey(t), "{" + uniqueKey(t) + "}:x", uniqueKey(t) + "}"} {
-		requireWokenByRelease(t, func() *locksmith.Locker { return locksmith.New(cc) }, key)
+		requireWokenByRelease(t, func() *locksmith.Locker { return newLocker(t, cc) }, key)
 	}
 	// TestClusterReleaseAnnouncedBySPublish checks, on every master,
 	// that the announcements were sharded.
@@ -344,7 +344,7 @@ func TestUnannouncedReleaseNoticed(t *testing.T) {
 	for _, rel := range unannouncedReleases {
 		t.Run(rel.name, func(t *testing.T) {
 			cnt := &counter{}
-			waiter := locksmith.New(newClient(t, srv.Options(), []redis.Hook{cnt}))
+			waiter := newLocker(t, newClient(t, srv.Options(), []redis.Hook{cnt}))
 			requireUnannouncedReleaseNoticed(t, []*redis.Client{srv.Client(t)}, waiter, cnt, uniqueKey(t), rel.release)
 		})
 	}
@@ -367,7 +367,7 @@ func TestUnannouncedReleaseNoticedByQuorum(t *testing.T) {
 		opt.ContextTimeoutEnabled = true
 		clients = append(clients, newClient(t, opt, hooks))
 	}
-	waiter := locksmith.NewQuorum(clients)
+	waiter := newQuorumLocker(t, clients)
 	for _, rel := range unannouncedReleases {
 		t.Run(rel.name, func(t *testing.T) {
 			cnt.reset()
@@ -380,7 +380,7 @@ func TestUnannouncedReleaseNoticedWithReplicas(t *testing.T) {
 	primary := redistest.New(t, "--repl-diskless-sync-delay", "0")
 	startReplica(t, primary)
 	cnt := &counter{}
-	waiter := locksmith.New(newClient(t, primary.Options(), []redis.Hook{cnt}))
+	waiter := newLocker(t, newClient(t, primary.Options(), []redis.Hook{cnt}))
 	for _, rel := range unannouncedReleases {
 		t.Run(rel.name, func(t *testing.T) {
 			cnt.reset()
@@ -397,12 +397,12 @@ func TestPollingDoesNotGrowWithWaiters(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := t.Context()
 	key := uniqueKey(t)
-	holder, err := locksmith.New(srv.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	holder, err := newLocker(t, srv.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 	defer holder.Release(ctx)
 
 	cnt := &counter{}
-	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{cnt}))
+	l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{cnt}))
 	const (
 		waiters = 16
 		delay   = 50 * time.Millisecond

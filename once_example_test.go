@@ -18,6 +18,7 @@ func ExampleLocker_Once() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client, locksmith.WithPrefix("jobs:"))
+	defer locker.Close()
 
 	// The key names the period: tomorrow's report is another job.
 	key := "report:2026-11-30"

@@ -64,7 +64,7 @@ func TestOnceRunsOnceAcrossWorkers(t *testing.T) {
 				for i := range lockers {
 					c := b.client(t)
 					require.NoError(t, c.Ping(ctx).Err())
-					lockers[i] = locksmith.New(c)
+					lockers[i] = newLocker(t, c)
 				}
 				start := time.Now()
 				for i, l := range lockers {
@@ -131,8 +131,8 @@ func TestOnceCompletionWakesWaiters(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		key := uniqueKey(t)
-		holder := locksmith.New(b.client(t), locksmith.WithTTL(time.Minute))
-		waiter := locksmith.New(b.client(t))
+		holder := newLocker(t, b.client(t), locksmith.WithTTL(time.Minute))
+		waiter := newLocker(t, b.client(t))
 		running, finish := make(chan struct{}), make(chan struct{})
 		held := make(chan error, 1)
 		go func() {
@@ -173,7 +173,7 @@ func TestOnceFailedJobRunsAgain(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		key := uniqueKey(t)
 		var calls int
 		job := func(fail bool) func(context.Context) error {
@@ -213,7 +213,7 @@ func TestOncePanicWritesNoRecord(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		key := uniqueKey(t)
 		type boom struct{}
 		func() {
@@ -238,7 +238,7 @@ func TestOnceLostLockWritesNoRecord(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			l := locksmith.New(b.client(t), locksmith.WithRenewInterval(10*time.Millisecond))
+			l := newLocker(t, b.client(t), locksmith.WithRenewInterval(10*time.Millisecond))
 			ran, err := l.Once(ctx, key, func(ctx context.Context) error {
 				require.NoError(t, raw.Del(ctx, key).Err())
 				<-ctx.Done()
@@ -252,7 +252,7 @@ func TestOnceLostLockWritesNoRecord(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			l := locksmith.New(b.client(t))
+			l := newLocker(t, b.client(t))
 			ran, err := l.Once(ctx, key, func(ctx context.Context) error {
 				// Gone before the first renewal could notice: only the
 				// completion script can tell.
@@ -267,7 +267,7 @@ func TestOnceLostLockWritesNoRecord(t *testing.T) {
 			ctx := t.Context()
 			raw := b.client(t)
 			key := uniqueKey(t)
-			l := locksmith.New(b.client(t))
+			l := newLocker(t, b.client(t))
 			ran, err := l.Once(ctx, key, func(ctx context.Context) error {
 				// The lock expired and another process took it.
 				return raw.Set(ctx, key, "next-holder", time.Minute).Err()
@@ -284,7 +284,7 @@ func TestOnceRecordExpires(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t), locksmith.WithDoneTTL(200*time.Millisecond))
+		l := newLocker(t, b.client(t), locksmith.WithDoneTTL(200*time.Millisecond))
 		key := uniqueKey(t)
 		var calls int
 		job := func(context.Context) error { calls++; return nil }
@@ -311,7 +311,7 @@ func TestOnceRecordExpires(t *testing.T) {
 func TestOnceRetentionOverride(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := newClient(t, &redis.Options{Addr: m.Addr()}, nil)
-	l := locksmith.New(c, locksmith.WithDoneTTL(time.Minute))
+	l := newLocker(t, c, locksmith.WithDoneTTL(time.Minute))
 	_, err := l.Once(t.Context(), "a", func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, time.Minute, m.TTL(doneKey("a")))
@@ -324,7 +324,7 @@ func TestCompleted(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:"))
+		l := newLocker(t, b.client(t), locksmith.WithPrefix("jobs:"))
 		key := uniqueKey(t)
 
 		c, ok, err := l.Completed(ctx, key)
@@ -389,7 +389,7 @@ func TestOnceRoundTrips(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		cnt := &counter{}
-		l := locksmith.New(b.client(t, cnt))
+		l := newLocker(t, b.client(t, cnt))
 		job := func(context.Context) error { return nil }
 		// Load the scripts, so that the counts are those of EVALSHA
 		// without a NOSCRIPT fallback.
@@ -422,7 +422,7 @@ func TestOnceResentCompletion(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		f := &fault{}
-		l := locksmith.New(b.client(t, f))
+		l := newLocker(t, b.client(t, f))
 		key := uniqueKey(t)
 		// Every script call is delivered twice, as by a client that resends
 		// a command whose reply it lost: the second completion finds the
@@ -444,7 +444,7 @@ func TestOnceNotObtained(t *testing.T) {
 		ctx := t.Context()
 		raw := b.client(t)
 		key := uniqueKey(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 		holder, err := l.Obtain(ctx, key)
 		require.NoError(t, err)
 
@@ -469,7 +469,7 @@ func TestOnceNotObtained(t *testing.T) {
 		cnt := &counter{}
 		done, cancel2 := context.WithCancel(ctx)
 		cancel2()
-		ran, err = locksmith.New(b.client(t, cnt)).Once(done, key, job)
+		ran, err = newLocker(t, b.client(t, cnt)).Once(done, key, job)
 		require.False(t, ran)
 		require.ErrorIs(t, err, locksmith.ErrNotObtained)
 		require.ErrorIs(t, err, context.Canceled)
@@ -482,7 +482,7 @@ func TestOnceBadInputSendsNothing(t *testing.T) {
 	cnt := &counter{}
 	c := newClient(t, &redis.Options{Addr: m.Addr()}, []redis.Hook{cnt})
 	ctx := t.Context()
-	good := locksmith.New(c)
+	good := newLocker(t, c)
 	fn := func(context.Context) error {
 		t.Error("fn ran")
 		return nil
@@ -499,8 +499,8 @@ func TestOnceBadInputSendsNothing(t *testing.T) {
 		{"done TTL under 1ms", good, "k", []locksmith.Option{locksmith.WithDoneTTL(999 * time.Microsecond)}},
 		{"bad lock option", good, "k", []locksmith.Option{locksmith.WithTTL(0)}},
 		{"nil option", good, "k", []locksmith.Option{nil}},
-		{"bad default done TTL", locksmith.New(c, locksmith.WithDoneTTL(0)), "k", nil},
-		{"nil client", locksmith.New(nil), "k", nil},
+		{"bad default done TTL", newLocker(t, c, locksmith.WithDoneTTL(0)), "k", nil},
+		{"nil client", newLocker(t, nil), "k", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -542,7 +542,7 @@ func TestOnceOnCluster(t *testing.T) {
 
 	// The cluster is shared: a prefix of its own keeps the records of
 	// earlier runs (-count) out of this one.
-	l := locksmith.New(cc, locksmith.WithPrefix(uniqueKey(t)+":"), locksmith.WithFencing())
+	l := newLocker(t, cc, locksmith.WithPrefix(uniqueKey(t)+":"), locksmith.WithFencing())
 	for _, key := range braceKeys {
 		requireOnceRunsOnce(t, l, key)
 	}

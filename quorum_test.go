@@ -59,13 +59,13 @@ func (q *quorum) holders(t *testing.T, key, token string) int {
 func TestQuorumBasics(t *testing.T) {
 	q := newQuorum(t)
 	ctx := t.Context()
-	l := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(2*time.Second))
+	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second))
 	key := uniqueKey(t)
 	lk, err := l.Obtain(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, 5, q.holders(t, key, lk.Token()))
 
-	_, err = locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	_, err = newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNotObtained)
 
 	ttl, err := lk.TTL(ctx)
@@ -89,18 +89,18 @@ func TestQuorumRefusesWhatItCannotHonour(t *testing.T) {
 		cs = append(cs, newClient(t, s.Options(), []redis.Hook{cnt}))
 	}
 	ctx := t.Context()
-	l := locksmith.NewQuorum(cs)
+	l := newQuorumLocker(t, cs)
 	for _, opt := range []locksmith.Option{locksmith.WithFencing(), locksmith.WithReplicas(1, time.Second)} {
 		_, err := l.Obtain(ctx, "k", opt)
 		require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
-		_, err = locksmith.NewQuorum(cs, opt).Obtain(ctx, "k")
+		_, err = newQuorumLocker(t, cs, opt).Obtain(ctx, "k")
 		require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
 	}
 	_, err := l.Once(ctx, "k", func(context.Context) error { return nil })
 	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
-	_, err = locksmith.NewQuorum(nil).Obtain(ctx, "k")
+	_, err = newQuorumLocker(t, nil).Obtain(ctx, "k")
 	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
-	_, err = locksmith.NewQuorum([]redis.UniversalClient{cs[0], nil}).Obtain(ctx, "k")
+	_, err = newQuorumLocker(t, []redis.UniversalClient{cs[0], nil}).Obtain(ctx, "k")
 	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
 	require.Zero(t, cnt.count())
 }
@@ -110,8 +110,8 @@ func TestQuorumContention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	lockers := []*locksmith.Locker{
-		locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(5*time.Second)),
-		locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(5*time.Second)),
+		newQuorumLocker(t, q.clients(t), locksmith.WithTTL(5*time.Second)),
+		newQuorumLocker(t, q.clients(t), locksmith.WithTTL(5*time.Second)),
 	}
 	acquired, overlaps := contend(t, ctx, lockers, uniqueKey(t), 4, 10, 200*time.Microsecond,
 		locksmith.ExponentialBackoff(time.Millisecond, 20*time.Millisecond))
@@ -122,7 +122,7 @@ func TestQuorumContention(t *testing.T) {
 func TestQuorumSurvivesMinorityAndFailsClosedWithout(t *testing.T) {
 	q := newQuorum(t)
 	ctx := t.Context()
-	l := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(2*time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
+	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
 	key := uniqueKey(t)
 	lk, err := l.Obtain(ctx, key)
 	require.NoError(t, err)
@@ -133,7 +133,7 @@ func TestQuorumSurvivesMinorityAndFailsClosedWithout(t *testing.T) {
 	q.servers[1].Stop()
 	time.Sleep(500 * time.Millisecond)
 	require.NoError(t, lctx.Err())
-	_, err = locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	_, err = newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNotObtained)
 	other, err := l.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err, "a new lock needs only the three that are up")
@@ -162,7 +162,7 @@ func TestQuorumSplitAcquireLeavesNothing(t *testing.T) {
 	for _, s := range q.servers[:2] {
 		require.NoError(t, s.Client(t).Set(ctx, key, "other", time.Minute).Err())
 	}
-	lk, err := locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	lk, err := newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, 3, q.holders(t, key, lk.Token()))
 	require.NoError(t, lk.Release(ctx))
@@ -170,7 +170,7 @@ func TestQuorumSplitAcquireLeavesNothing(t *testing.T) {
 
 	// On three masters: refused, and the two it got are given back.
 	require.NoError(t, q.servers[2].Client(t).Set(ctx, key, "other", time.Minute).Err())
-	_, err = locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+	_, err = newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNotObtained)
 	for _, s := range q.servers[3:] {
 		require.Zero(t, s.Client(t).Exists(ctx, key).Val(), "a failed quorum acquire left its key behind")
@@ -186,7 +186,7 @@ func TestQuorumRestartRule(t *testing.T) {
 	q := newQuorum(t)
 	ctx := t.Context()
 	const ttl = 500 * time.Millisecond
-	l := locksmith.NewQuorum(q.clients(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(50*time.Millisecond))
+	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(50*time.Millisecond))
 
 	t.Run("rejoining at once breaks exclusion", func(t *testing.T) {
 		key := uniqueKey(t)
@@ -196,7 +196,7 @@ func TestQuorumRestartRule(t *testing.T) {
 		for _, s := range q.servers[:3] {
 			require.NoError(t, s.Restart())
 		}
-		second, err := locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+		second, err := newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 		require.NoError(t, err, "three empty masters make a majority for anyone")
 		<-lctx.Done() // the first holder learns it at its next renewal
 		require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
@@ -218,7 +218,7 @@ func TestQuorumRestartRule(t *testing.T) {
 		for _, s := range q.servers[:3] {
 			require.NoError(t, s.Start())
 		}
-		next, err := locksmith.NewQuorum(q.clients(t)).Obtain(ctx, key)
+		next, err := newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 		require.NoError(t, err)
 		require.NoError(t, next.Release(ctx))
 		_ = lk.Release(ctx)

@@ -32,7 +32,7 @@ func TestWithReplicas(t *testing.T) {
 	primary := redistest.New(t, "--repl-diskless-sync-delay", "0")
 	replica, rc := startReplica(t, primary)
 	ctx := t.Context()
-	l := locksmith.New(primary.Client(t), locksmith.WithTTL(10*time.Second), locksmith.WithFencing())
+	l := newLocker(t, primary.Client(t), locksmith.WithTTL(10*time.Second), locksmith.WithFencing())
 
 	t.Run("acknowledged", func(t *testing.T) {
 		key := uniqueKey(t)
@@ -73,7 +73,7 @@ func TestWithReplicasBadInput(t *testing.T) {
 	m := redistest.New(t)
 	cnt := &counter{}
 	c := newClient(t, m.Options(), []redis.Hook{cnt})
-	l := locksmith.New(c, locksmith.WithTTL(time.Second))
+	l := newLocker(t, c, locksmith.WithTTL(time.Second))
 	for _, opt := range []locksmith.Option{
 		locksmith.WithReplicas(-1, time.Second),
 		locksmith.WithReplicas(1, 0),
@@ -98,13 +98,13 @@ func TestReplicatedLockSurvivesFailover(t *testing.T) {
 	replica, rc := startReplica(t, primary)
 	ctx := t.Context()
 	key := uniqueKey(t)
-	old, err := locksmith.New(primary.Client(t), locksmith.WithFencing()).Obtain(ctx, key,
+	old, err := newLocker(t, primary.Client(t), locksmith.WithFencing()).Obtain(ctx, key,
 		locksmith.WithTTL(time.Minute), locksmith.WithReplicas(1, time.Second))
 	require.NoError(t, err)
 
 	primary.Kill()
 	require.NoError(t, rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
-	promoted := locksmith.New(replica.Client(t), locksmith.WithFencing())
+	promoted := newLocker(t, replica.Client(t), locksmith.WithFencing())
 	_, err = promoted.Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNotObtained, "the promoted replica must still hold the lock")
 

@@ -23,8 +23,8 @@ func TestSentinelLocks(t *testing.T) {
 
 	t.Run("contention", func(t *testing.T) {
 		lockers := []*locksmith.Locker{
-			locksmith.New(s.Client(t), locksmith.WithFencing()),
-			locksmith.New(s.Client(t)),
+			newLocker(t, s.Client(t), locksmith.WithFencing()),
+			newLocker(t, s.Client(t)),
 		}
 		n, overlaps := contend(t, ctx, lockers, uniqueKey(t), 2, 5, time.Millisecond, locksmith.LinearBackoff(20*time.Millisecond))
 		require.Zero(t, overlaps)
@@ -33,7 +33,7 @@ func TestSentinelLocks(t *testing.T) {
 
 	t.Run("lease detects loss", func(t *testing.T) {
 		key := uniqueKey(t)
-		lk, err := locksmith.New(s.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(50*time.Millisecond))
+		lk, err := newLocker(t, s.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(50*time.Millisecond))
 		require.NoError(t, err)
 		lease := lk.Lease(ctx)
 		require.NoError(t, s.Client(t).Del(ctx, key).Err())
@@ -46,11 +46,11 @@ func TestSentinelLocks(t *testing.T) {
 	})
 
 	t.Run("waiter woken by release", func(t *testing.T) {
-		requireWokenByRelease(t, func() *locksmith.Locker { return locksmith.New(s.Client(t)) }, uniqueKey(t))
+		requireWokenByRelease(t, func() *locksmith.Locker { return newLocker(t, s.Client(t)) }, uniqueKey(t))
 	})
 
 	t.Run("replicated", func(t *testing.T) {
-		lk, err := locksmith.New(s.Client(t)).Obtain(ctx, uniqueKey(t), locksmith.WithReplicas(1, time.Second))
+		lk, err := newLocker(t, s.Client(t)).Obtain(ctx, uniqueKey(t), locksmith.WithReplicas(1, time.Second))
 		require.NoError(t, err)
 		require.NoError(t, lk.Release(ctx))
 	})
@@ -86,7 +86,7 @@ func TestSentinelFailover(t *testing.T) {
 	// promoted replica holds can be renewed there in time; renewals are
 	// frequent, so that a lock it lacks is found lost soon after.
 	opts := []locksmith.Option{locksmith.WithTTL(15 * time.Second), locksmith.WithRenewInterval(250 * time.Millisecond), locksmith.WithFencing()}
-	holders := locksmith.New(s.Client(t), opts...)
+	holders := newLocker(t, s.Client(t), opts...)
 
 	replicatedKey, plainKey := uniqueKey(t), uniqueKey(t)
 	replicated, err := holders.Obtain(ctx, replicatedKey, locksmith.WithReplicas(1, time.Second))
@@ -110,7 +110,7 @@ func TestSentinelFailover(t *testing.T) {
 	promoted := replica.Client(t)
 	had := func(key string) bool { return promoted.Exists(ctx, key).Val() == 1 }
 	t.Logf("the promoted replica had the replicated lock: %v, the plain lock: %v", had(replicatedKey), had(plainKey))
-	others := locksmith.New(s.Client(t), opts...)
+	others := newLocker(t, s.Client(t), opts...)
 
 	// Guaranteed: the replicated lock survived, and its lease with it.
 	_, err = others.Obtain(ctx, replicatedKey)

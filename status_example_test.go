@@ -15,6 +15,7 @@ func ExampleLocker_Inspect() {
 	defer stop()
 	ctx := context.Background()
 	locker := locksmith.New(client, locksmith.WithPrefix("jobs:"), locksmith.WithFencing())
+	defer locker.Close()
 	key := "report:2026-11-30"
 
 	show := func(when string) {

@@ -19,7 +19,7 @@ func TestInspect(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:"))
+		l := newLocker(t, b.client(t), locksmith.WithPrefix("jobs:"))
 		key := uniqueKey(t)
 		inspect := func() locksmith.LockStatus {
 			t.Helper()
@@ -43,7 +43,7 @@ func TestInspect(t *testing.T) {
 
 		// A waiter of another Locker is queued for a handoff, and counted
 		// until it gives up.
-		waiter := locksmith.New(b.client(t), locksmith.WithPrefix("jobs:"))
+		waiter := newLocker(t, b.client(t), locksmith.WithPrefix("jobs:"))
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		waited := make(chan error, 1)
@@ -113,7 +113,7 @@ func TestInspect(t *testing.T) {
 func TestInspectCompanionKeys(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := newClient(t, &redis.Options{Addr: m.Addr()}, nil)
-	l := locksmith.New(c, locksmith.WithPrefix("p:"))
+	l := newLocker(t, c, locksmith.WithPrefix("p:"))
 	for _, tc := range []struct{ key, fence, done string }{
 		{"report", "p:~fence#{p:report}", "p:~done#{p:report}"},
 		{"{order:42}:ship", "p:~fence:{order:42}:ship", "p:~done:{order:42}:ship"},
@@ -132,7 +132,7 @@ func TestInspectRoundTrips(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		cnt := &counter{}
-		l := locksmith.New(b.client(t, cnt))
+		l := newLocker(t, b.client(t, cnt))
 		key := uniqueKey(t)
 		_, err := l.Inspect(ctx, key) // loads the script
 		require.NoError(t, err)
@@ -147,7 +147,7 @@ func TestInspectForeignValues(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		raw := b.client(t)
-		l := locksmith.New(b.client(t))
+		l := newLocker(t, b.client(t))
 
 		key := uniqueKey(t)
 		require.NoError(t, raw.Set(ctx, names(t, "", key).Fence, "not a number", time.Minute).Err())
@@ -177,11 +177,11 @@ func TestInspectBadInputSendsNothing(t *testing.T) {
 		key  string
 		opts []locksmith.Option
 	}{
-		{"empty key", locksmith.New(c), "", nil},
-		{"bad option", locksmith.New(c), "k", []locksmith.Option{locksmith.WithTTL(0)}},
-		{"nil option", locksmith.New(c), "k", []locksmith.Option{nil}},
-		{"bad default", locksmith.New(c, locksmith.WithTTL(0)), "k", nil},
-		{"nil client", locksmith.New(nil), "k", nil},
+		{"empty key", newLocker(t, c), "", nil},
+		{"bad option", newLocker(t, c), "k", []locksmith.Option{locksmith.WithTTL(0)}},
+		{"nil option", newLocker(t, c), "k", []locksmith.Option{nil}},
+		{"bad default", newLocker(t, c, locksmith.WithTTL(0)), "k", nil},
+		{"nil client", newLocker(t, nil), "k", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.l.Inspect(t.Context(), tc.key, tc.opts...)
@@ -199,7 +199,7 @@ func TestInspectOnCluster(t *testing.T) {
 	ctx := t.Context()
 	cc := redistest.SharedCluster(t).Client(t)
 
-	l := locksmith.New(cc, locksmith.WithPrefix(uniqueKey(t)+":"), locksmith.WithFencing())
+	l := newLocker(t, cc, locksmith.WithPrefix(uniqueKey(t)+":"), locksmith.WithFencing())
 	for _, key := range []string{"report:2026-11-30", "{order:42}:ship", "a}b", "a{}b"} {
 		_, err := l.Once(ctx, key, func(context.Context) error { return nil })
 		require.NoError(t, err, "key %q", key)

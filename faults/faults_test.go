@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/locksmith-go/locksmith"
 	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/leakcheck"
 )
 
 var (
@@ -34,28 +34,7 @@ func TestMain(m *testing.M) {
 	// go-redis logs every failed dial and dropped connection; the faults
 	// cause many on purpose.
 	redis.SetLogger(quietLogger{})
-	code := m.Run()
-	if code == 0 {
-		if err := findLeaks(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// findLeaks reports goroutines left running. A Locker's pub/sub
-// dispatcher stops by itself about a second after its last waiter, so
-// goroutines get a few seconds to finish.
-func findLeaks() error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := goleak.Find()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	os.Exit(leakcheck.After(m.Run()))
 }
 
 type quietLogger struct{}
@@ -168,7 +147,14 @@ func newProxy(t *testing.T, target string) *faults.Proxy {
 // holders use.
 func fencedLocker(t *testing.T, addr string, ttl time.Duration, opts ...locksmith.Option) *locksmith.Locker {
 	t.Helper()
-	return locksmith.New(newClient(t, addr), append([]locksmith.Option{locksmith.WithFencing(), locksmith.WithTTL(ttl)}, opts...)...)
+	return newLocker(t, newClient(t, addr), append([]locksmith.Option{locksmith.WithFencing(), locksmith.WithTTL(ttl)}, opts...)...)
+}
+
+// newLocker is locksmith.New, with the Locker closed when t ends.
+func newLocker(t *testing.T, client redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
+	l := locksmith.New(client, opts...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // outcome classifies the result of Obtain.

@@ -108,6 +108,7 @@ func runHelper(cfgJSON string) int {
 	client := redis.NewClient(&redis.Options{Addr: cfg.Redis, Protocol: 2})
 	defer client.Close()
 	l := locksmith.New(client, locksmith.WithFencing())
+	defer l.Close()
 	switch cfg.Mode {
 	case modeHold:
 		h, err := tr.obtain(ctx, l, cfg.Key, locksmith.WithTTL(cfg.TTL))

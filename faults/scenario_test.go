@@ -317,7 +317,7 @@ func TestLateAcquireReplyIsNotSuccess(t *testing.T) {
 
 			// Nobody is locked out.
 			b := r.tracker("B")
-			hb, err := b.obtain(ctx, locksmith.New(newClient(t, srv.Addr), locksmith.WithFencing()), key)
+			hb, err := b.obtain(ctx, newLocker(t, newClient(t, srv.Addr), locksmith.WithFencing()), key)
 			require.NoError(t, err)
 			require.NoError(t, b.release(ctx, hb))
 			r.check(t)
@@ -528,7 +528,7 @@ func TestDroppedConnectionMidRelease(t *testing.T) {
 			r := newRun()
 			key := fmt.Sprintf("dropped-release-%d", i)
 			c := newClient(t, p.Addr(), func(o *redis.Options) { o.MaxRetries = tc.retries })
-			l := locksmith.New(c, locksmith.WithFencing(), locksmith.WithTTL(5*time.Second))
+			l := newLocker(t, c, locksmith.WithFencing(), locksmith.WithTTL(5*time.Second))
 			// Load the scripts first: a NOSCRIPT reply is not the one
 			// to drop.
 			warm, err := l.Obtain(ctx, key+"-warm-up")
@@ -576,7 +576,7 @@ func TestDroppedConnectionMidRelease(t *testing.T) {
 			require.Zero(t, raw.Exists(ctx, key).Val(), "the release did not land")
 
 			b := r.tracker("B")
-			hb, err := b.obtain(ctx, locksmith.New(raw, locksmith.WithFencing()), key)
+			hb, err := b.obtain(ctx, newLocker(t, raw, locksmith.WithFencing()), key)
 			require.NoError(t, err)
 			require.NoError(t, b.release(ctx, hb))
 			r.check(t)
@@ -664,7 +664,7 @@ func TestReleaseDuringPartition(t *testing.T) {
 			p := newProxy(t, srv.Addr)
 			r := newRun()
 			c := newClient(t, p.Addr(), func(o *redis.Options) { o.ContextTimeoutEnabled = contextTimeouts })
-			l := locksmith.New(c, locksmith.WithFencing(), locksmith.WithTTL(time.Second),
+			l := newLocker(t, c, locksmith.WithFencing(), locksmith.WithTTL(time.Second),
 				locksmith.WithRenewInterval(200*time.Millisecond))
 			a := r.tracker("A")
 			key := fmt.Sprintf("partitioned-release-%v", contextTimeouts)

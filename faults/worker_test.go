@@ -190,6 +190,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 	rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(len(cfg.Name))))
 	tr := &tracker{rec: rec, clock: clock, name: cfg.Name}
 	l := locksmith.New(client, locksmith.WithFencing())
+	defer l.Close()
 	ttls := []time.Duration{300 * time.Millisecond, 500 * time.Millisecond, 800 * time.Millisecond}
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo+1))) }
 	sleep := func(d time.Duration) bool {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
+	"github.com/locksmith-go/locksmith/internal/leakcheck"
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
@@ -39,13 +39,7 @@ func TestMain(m *testing.M) {
 	redistest.StopSharedCluster()
 	redistest.StopSharedSentinel()
 	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.After(code))
 }
 
 // buildAndRun builds the command into dir, with the race detector when the

@@ -89,6 +89,7 @@ func TestReleaseForceWakesWaiters(t *testing.T) {
 			wc.AddHook(calls)
 			t.Cleanup(func() { _ = wc.Close() })
 			waiter := library.New(wc, library.WithPrefix("locksmith:"))
+			t.Cleanup(func() { _ = waiter.Close() })
 			type result struct {
 				err error
 				at  time.Time
