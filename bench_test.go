@@ -50,6 +50,30 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	// As the README's examples call it: options per call.
+	b.Run("locksmith-per-call-ttl", func(b *testing.B) {
+		l := newLocker(b, srv.Client(b))
+		b.ReportAllocs()
+		for b.Loop() {
+			lk, err := l.Obtain(ctx, "bench:per-call", locksmith.WithTTL(30*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lk.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("withlock", func(b *testing.B) {
+		l := newLocker(b, srv.Client(b))
+		noop := func(context.Context) error { return nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.WithLock(ctx, "bench:withlock", noop, locksmith.WithTTL(30*time.Second)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkDistinctKeysParallel(b *testing.B) {

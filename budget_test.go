@@ -14,9 +14,11 @@ import (
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
-// TestTryOnceStrategiesSendOneCommand: NoRetry and LimitRetry(s, 0) both
-// try once, with one command, and start nothing.
-func TestTryOnceStrategiesSendOneCommand(t *testing.T) {
+// TestTryOnceStrategiesMakeOneAttempt: NoRetry and LimitRetry(s, 0) both
+// try once and start nothing: one command (SET NX PX) for a free lock, and
+// for a taken one a GET besides, which tells a resend of the caller's own
+// SET from another holder.
+func TestTryOnceStrategiesMakeOneAttempt(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := t.Context()
 	key := uniqueKey(t)
@@ -34,7 +36,12 @@ func TestTryOnceStrategiesSendOneCommand(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
 			_, err := l.Obtain(ctx, key, locksmith.WithRetry(s))
 			require.ErrorIs(t, err, locksmith.ErrNotObtained)
-			require.Equal(t, 1, cnt.count(), "commands sent")
+			require.Equal(t, []string{"set", "get"}, cnt.all(), "commands sent for a taken lock")
+			cnt.reset()
+			lk, err := l.Obtain(ctx, uniqueKey(t), locksmith.WithRetry(s))
+			require.NoError(t, err)
+			require.Equal(t, []string{"set"}, cnt.all(), "commands sent for a free lock")
+			require.NoError(t, lk.Release(ctx))
 			goleak.VerifyNone(t, ignore)
 		})
 	}

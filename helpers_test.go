@@ -169,6 +169,20 @@ func (c *counter) record(cmd redis.Cmder) {
 	c.names = append(c.names, strings.ToLower(cmd.Name()))
 }
 
+// all returns the names of the commands counted so far, in order, as
+// count counts them (without a new connection's handshake).
+func (c *counter) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for _, name := range c.names {
+		if name != "hello" && name != "client" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 // reset forgets the commands counted so far.
 func (c *counter) reset() {
 	c.mu.Lock()

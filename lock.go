@@ -433,7 +433,7 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl}
 	lk.keyBuf[0] = rkey
-	lk.ref = lockRef{keys: lk.keyBuf[:1], token: token, fenceTTLMS: cfg.fenceTTLMS}
+	lk.ref = lockRef{keys: lk.keyBuf[:1], lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
 	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
 	if !l.quorum {
 		lk.keyBuf[1] = companion(cfg.prefix, key, queueKind)

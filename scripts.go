@@ -21,17 +21,54 @@ var (
 	obtainScript = redis.NewScript(obtainSrc)
 
 	//go:embed release.lua
-	releaseSrc    string
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseSrc string
 
 	//go:embed refresh.lua
-	refreshSrc    string
-	refreshScript = redis.NewScript(refreshSrc)
+	refreshSrc string
 
 	//go:embed pttl.lua
-	pttlSrc    string
-	pttlScript = redis.NewScript(pttlSrc)
+	pttlSrc string
 )
+
+// luaScript is a script to run with arguments prepared by the caller, in
+// one slice, so that a call builds nothing it has already built: see run.
+type luaScript struct {
+	src, sha any // the source and its SHA1, as go-redis takes them
+}
+
+func newLuaScript(src string) luaScript {
+	return luaScript{src: src, sha: redis.NewScript(src).Hash()}
+}
+
+var (
+	releaseLua = newLuaScript(releaseSrc)
+	refreshLua = newLuaScript(refreshSrc)
+	pttlLua    = newLuaScript(pttlSrc)
+)
+
+// processor is what sends a prepared command: every go-redis client.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run runs the script on c with args, which is laid out as EVALSHA takes
+// it with two slots left free at the front: {_, _, number of keys,
+// keys..., arguments...}. It sends EVALSHA and, when the server does not
+// know the script (its cache was flushed, or it is a new primary), EVAL.
+// run fills the free slots; args must not be shared with another call.
+func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd {
+	args[0], args[1] = "evalsha", s.sha
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = c.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		args[0], args[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
+}
 
 // pttlNotHeld is what pttl.lua returns when the caller does not hold the lock.
 const pttlNotHeld = -3
@@ -67,12 +104,13 @@ type store interface {
 // lockRef names one acquisition of a lock to a store: keys[0] is the lock
 // key, keys[1], when present, its handoff queue (see handoff.go), and
 // keys[2], when present, its fence counter; token is the value that marks
-// this acquisition. The token is kept as an interface value because
-// go-redis takes arguments as such: converting once per lock, not once per
-// command, saves an allocation per command.
+// this acquisition. The token and the lock key (lockKey) are kept as
+// interface values because go-redis takes arguments as such: converting
+// once per lock, not once per command, saves an allocation per command.
 type lockRef struct {
-	keys  []string
-	token any
+	keys    []string
+	lockKey any
+	token   any
 	// channel is the channel on which the release is announced (a
 	// string), and fenceTTLMS how long the fence counter lives after a
 	// token was taken, in ms (an int64, 0 for ever).
@@ -224,17 +262,30 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 	return acquireRes{}, fmt.Errorf("unexpected reply from the acquire script: %v", v)
 }
 
-// acquireOnce takes the lock with SET NX PX GET, which answers with what
-// the key held before: nothing when the lock was free and is now the
-// caller's, the caller's own token when this is a resend of a command
-// that already took it, another token when someone else holds it.
+// acquireOnce takes the lock with SET NX PX, which answers OK when the
+// lock was free and is now the caller's. When it was not, a GET tells a
+// resend of this very call (go-redis resends a command after a dropped
+// connection, and the first delivery may have taken the lock) from
+// someone else holding it: one round trip to take a free lock, two to find
+// it taken. (SET NX PX GET would tell both in one, but answers a success
+// with a nil reply, which go-redis handles as an error, at the cost of
+// some twenty allocations.)
 func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
-	old, err := s.client.Do(ctx, "set", req.keys[0], req.token, "px", req.ttlMS, "nx", "get").Text()
-	switch {
-	case errors.Is(err, redis.Nil), err == nil && old == req.token:
+	cmd := redis.NewStatusCmd(ctx, "set", req.lockKey, req.token, "px", req.ttlMS, "nx")
+	_ = s.client.Process(ctx, cmd)
+	switch err := cmd.Err(); {
+	case err == nil:
 		return acquireRes{ok: true}, nil
-	case err != nil:
+	case !errors.Is(err, redis.Nil):
 		return acquireRes{}, err
+	}
+	holder, err := s.client.Get(ctx, req.keys[0]).Result()
+	switch {
+	case err == nil && holder == req.token:
+		return acquireRes{ok: true}, nil
+	case err != nil && !errors.Is(err, redis.Nil):
+		// The lock may be the caller's: let Obtain clean up.
+		return acquireRes{}, scriptError{err}
 	}
 	return acquireRes{holderTTL: -1}, nil
 }
@@ -311,7 +362,7 @@ func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bo
 		// Refused, maybe on the queue (an ACL rule): still delete the
 		// lock if it is the caller's, with the script over the lock key
 		// alone; the entry lapses.
-		res, err2 := releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel, s.publish(), ref.fenceTTLMS).Int64()
+		res, err2 := releaseLua.run(ctx, s.client, s.releaseArgs(ref, 1)).Int64()
 		return res == 1, errors.Join(err, err2)
 	}
 	return ok, err
@@ -325,13 +376,25 @@ func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, entry ...an
 	c, err := s.queueClient(ctx, ref.keys[0])
 	var res int64
 	if err == nil {
-		args := append([]any{ref.token, ref.channel, s.publish(), ref.fenceTTLMS}, entry...)
-		res, err = releaseScript.Run(ctx, c, ref.keys, args...).Int64()
+		res, err = releaseLua.run(ctx, c, s.releaseArgs(ref, len(ref.keys), entry...)).Int64()
 	}
 	if s.sharded && clusterRefused(err) {
-		res, err = releaseScript.Run(ctx, s.client, ref.keys[:1], ref.token, ref.channel, s.publish(), ref.fenceTTLMS).Int64()
+		res, err = releaseLua.run(ctx, s.client, s.releaseArgs(ref, 1)).Int64()
 	}
 	return res == 1, err
+}
+
+// releaseArgs lays out the release script's arguments for run, over the
+// first n keys of ref, with entry after them if given.
+func (s scriptStore) releaseArgs(ref lockRef, n int, entry ...any) []any {
+	args := make([]any, 3, 3+n+4+len(entry))
+	args[2] = n
+	args = append(args, ref.lockKey)
+	for _, k := range ref.keys[1:n] {
+		args = append(args, k)
+	}
+	args = append(args, ref.token, ref.channel, s.publish(), ref.fenceTTLMS)
+	return append(args, entry...)
 }
 
 // publish returns the command that announces releases: SPUBLISH on Redis
@@ -356,7 +419,7 @@ var publishCmd, spublishCmd any = "publish", "spublish"
 // client returns the refusal, or a redirection once the slot has moved,
 // and the caller falls back to a script over the lock key alone, which
 // the cluster client sends wherever the key is (see clusterRefused).
-func (s scriptStore) queueClient(ctx context.Context, key string) (redis.Scripter, error) {
+func (s scriptStore) queueClient(ctx context.Context, key string) (redis.UniversalClient, error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		return s.client, nil
@@ -392,12 +455,12 @@ func clusterRefused(err error) bool {
 }
 
 func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	res, err := refreshScript.Run(ctx, s.client, ref.keys[:1], ref.token, ttl.Milliseconds()).Int64()
+	res, err := refreshLua.run(ctx, s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
 	return res == 1, err
 }
 
 func (s scriptStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
-	res, err := pttlScript.Run(ctx, s.client, ref.keys[:1], ref.token).Int64()
+	res, err := pttlLua.run(ctx, s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
 	if err != nil || res == pttlNotHeld {
 		return 0, false, err
 	}
