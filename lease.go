@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -19,11 +20,10 @@ func LockFromContext(ctx context.Context) *Lock {
 // leaseState is the part of a Lock that exists once Lease has been called.
 // Its fields are guarded by the Lock's mu.
 type leaseState struct {
-	// alive is cancelled when the lock ends: with a cause matching
-	// ErrLockLost when it is lost, with context.Canceled when released.
-	// Every lease context is cancelled with it.
-	alive    context.Context
-	endAlive context.CancelCauseFunc
+	// leases are the contexts Lease returned that are not done yet; they
+	// are cancelled when the lock ends: with a cause matching ErrLockLost
+	// when it is lost, with context.Canceled when released.
+	leases []leaseContext
 	// watchdog fires at the Deadline; if no refresh has moved the Deadline
 	// by then, the lock is lost, whatever the network is doing.
 	watchdog *time.Timer
@@ -34,6 +34,13 @@ type leaseState struct {
 	parent      context.Context
 	renewCancel context.CancelFunc // nil while no renewal runs
 	renewDone   chan struct{}      // closed when the renewal goroutine has returned
+	// firstRenewal, until the first renewal is due, stands for the
+	// renewal goroutine, which it then starts (see startRenewalLocked);
+	// nil once it has fired or been stopped. firstPending counts its
+	// callback from when it is scheduled until it has run or the timer
+	// was stopped before firing, so that stopRenewal can wait for it.
+	firstRenewal *time.Timer
+	firstPending sync.WaitGroup
 	stopped     bool               // Release is in progress: start no renewal
 
 	// reschedule wakes the renewal loop when Refresh changes the TTL, so
@@ -41,6 +48,12 @@ type leaseState struct {
 	reschedule chan struct{}
 
 	lastErr error // the last renewal failure, reported if the validity runs out
+}
+
+// leaseContext is a context Lease returned, with its cancel function.
+type leaseContext struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
 // Lease starts renewing the lock in the background and returns a context
@@ -63,40 +76,80 @@ type leaseState struct {
 // lock, so no goroutine outlives the lock. Lease may be called more than
 // once: one renewal serves all the contexts it returns.
 func (lk *Lock) Lease(ctx context.Context) context.Context {
+	lctx, _ := lk.leaseWithCancel(ctx)
+	return lctx
+}
+
+// leaseWithCancel is Lease, and also returns the cancel function of the context it
+// returns.
+func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.CancelCauseFunc) {
 	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockContextKey{}, lk))
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	switch {
 	case lk.released:
 		cancel(nil)
-		return lctx
+		return lctx, cancel
 	case lk.lost != nil:
 		cancel(lk.lost)
-		return lctx
+		return lctx, cancel
 	}
 	ls := lk.lease
 	if ls == nil {
 		ls = &leaseState{reschedule: make(chan struct{}, 1)}
-		ls.alive, ls.endAlive = context.WithCancelCause(context.Background())
 		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
 		lk.lease = ls
 	}
-	alive := ls.alive
-	unlink := context.AfterFunc(alive, func() { cancel(context.Cause(alive)) })
-	context.AfterFunc(lctx, func() { unlink() })
-	if ls.renewCancel == nil && !ls.stopped {
+	// Forget the contexts that are done, so that a lock leased again and
+	// again keeps only those in use.
+	live := ls.leases[:0]
+	for _, l := range ls.leases {
+		if l.ctx.Err() == nil {
+			live = append(live, l)
+		}
+	}
+	ls.leases = append(live, leaseContext{lctx, cancel})
+	if !lk.renewingLocked() && !ls.stopped {
 		lk.startRenewalLocked(ctx)
 	}
-	return lctx
+	return lctx, cancel
 }
 
-// startRenewalLocked starts the renewal goroutine. lk.mu must be held.
+// renewingLocked reports whether a renewal is scheduled or runs. lk.mu
+// must be held.
+func (lk *Lock) renewingLocked() bool {
+	return lk.lease.renewCancel != nil || lk.lease.firstRenewal != nil
+}
+
+// startRenewalLocked schedules the renewal on behalf of parent: a timer
+// that starts the renewal goroutine when the first renewal is due, so that
+// a lock released before then (most of them) costs no goroutine. lk.mu
+// must be held.
 func (lk *Lock) startRenewalLocked(parent context.Context) {
 	ls := lk.lease
-	rctx, cancel := context.WithCancel(parent)
+	ls.parent = parent
+	ls.firstPending.Add(1)
+	ls.firstRenewal = time.AfterFunc(lk.untilRenewalLocked(), lk.beginRenewal)
+}
+
+// beginRenewal starts the renewal goroutine when the first renewal is
+// due, unless the renewal was stopped or its context ended meanwhile.
+func (lk *Lock) beginRenewal() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	ls := lk.lease
+	defer ls.firstPending.Done()
+	if ls.firstRenewal == nil {
+		return // stopped: see stopRenewal and endLeasesLocked
+	}
+	ls.firstRenewal = nil
+	if ls.stopped || lk.released || lk.lost != nil || ls.parent.Err() != nil {
+		return
+	}
+	rctx, cancel := context.WithCancel(ls.parent)
 	done := make(chan struct{})
-	ls.parent, ls.renewCancel, ls.renewDone = parent, cancel, done
-	go lk.renew(rctx, cancel, done, ls.alive, ls.reschedule)
+	ls.renewCancel, ls.renewDone = cancel, done
+	go lk.renew(rctx, cancel, done, ls.reschedule)
 }
 
 // rescheduleLocked makes the lease follow a TTL changed by Refresh: the
@@ -108,16 +161,25 @@ func (lk *Lock) rescheduleLocked() {
 		return
 	}
 	ls.watchdog.Reset(lk.untilWatchdogLocked())
+	if ls.firstRenewal != nil {
+		// Unless it has fired already: its renewal starts with the new
+		// schedule anyway.
+		if ls.firstRenewal.Stop() {
+			ls.firstRenewal.Reset(lk.untilRenewalLocked())
+		}
+		return
+	}
 	select {
 	case ls.reschedule <- struct{}{}:
 	default:
 	}
 }
 
-// renew refreshes the lock every renewal interval until ctx is done or the
-// lock ends. A failed refresh is retried sooner; the watchdog, not this
-// loop, declares the lock lost when the failures last past the Deadline.
-func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan struct{}, alive context.Context, reschedule <-chan struct{}) {
+// renew refreshes the lock every renewal interval until ctx is done (the
+// Lease's context ends, or the lock ends: see endLeasesLocked). A failed
+// refresh is retried sooner; the watchdog, not this loop, declares the
+// lock lost when the failures last past the Deadline.
+func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan struct{}, reschedule <-chan struct{}) {
 	defer func() {
 		lk.mu.Lock()
 		if lk.lease.renewDone == done {
@@ -132,8 +194,6 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-alive.Done():
 			return
 		case <-reschedule:
 			timer.Reset(lk.untilRenewal())
@@ -177,6 +237,10 @@ func (lk *Lock) renewOnce(ctx context.Context) error {
 func (lk *Lock) untilRenewal() time.Duration {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
+	return lk.untilRenewalLocked()
+}
+
+func (lk *Lock) untilRenewalLocked() time.Duration {
 	every := lk.cfg.renewInterval(lk.ttl)
 	validity := lk.ttl - lk.cfg.driftFor(lk.ttl)
 	return max(min(every, time.Until(lk.deadline)-(validity-every)), 0)
@@ -228,9 +292,24 @@ func (lk *Lock) lose(cause error) {
 
 func (lk *Lock) loseLocked(cause error) {
 	lk.lost = cause
-	if ls := lk.lease; ls != nil {
-		ls.watchdog.Stop()
-		ls.endAlive(cause)
+	lk.endLeasesLocked(cause)
+}
+
+// endLeasesLocked cancels the lease contexts with cause (nil: released)
+// and stops the renewal, without waiting for it. lk.mu must be held.
+func (lk *Lock) endLeasesLocked(cause error) {
+	ls := lk.lease
+	if ls == nil {
+		return
+	}
+	ls.watchdog.Stop()
+	for _, l := range ls.leases {
+		l.cancel(cause)
+	}
+	ls.leases = nil
+	lk.stopFirstRenewalLocked()
+	if ls.renewCancel != nil {
+		ls.renewCancel()
 	}
 }
 
@@ -239,9 +318,18 @@ func (lk *Lock) end() {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	lk.released = true
-	if ls := lk.lease; ls != nil {
-		ls.watchdog.Stop()
-		ls.endAlive(nil)
+	lk.endLeasesLocked(nil)
+}
+
+// stopFirstRenewalLocked cancels the timer of a renewal that has not
+// started yet. If the timer has fired and its beginRenewal waits for
+// lk.mu, that finds it stopped and starts nothing. lk.mu must be held.
+func (lk *Lock) stopFirstRenewalLocked() {
+	if t := lk.lease.firstRenewal; t != nil {
+		if t.Stop() {
+			lk.lease.firstPending.Done()
+		}
+		lk.lease.firstRenewal = nil
 	}
 }
 
@@ -255,8 +343,11 @@ func (lk *Lock) stopRenewal() {
 		return
 	}
 	ls.stopped = true
+	lk.stopFirstRenewalLocked()
 	cancel, done := ls.renewCancel, ls.renewDone
 	lk.mu.Unlock()
+	// A first renewal that fired just now finds the renewal stopped.
+	ls.firstPending.Wait()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -273,7 +364,7 @@ func (lk *Lock) resumeRenewal() {
 		return
 	}
 	ls.stopped = false
-	if ls.renewCancel == nil && ls.parent != nil && ls.parent.Err() == nil && lk.lost == nil {
+	if !lk.renewingLocked() && ls.parent != nil && ls.parent.Err() == nil && lk.lost == nil {
 		lk.startRenewalLocked(ls.parent)
 	}
 }

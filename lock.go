@@ -534,12 +534,12 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 	}
 	// The lease ends with this call even if the release fails (the lock
 	// then expires with its TTL): nothing renews a lock nobody uses.
-	leaseCtx, endLease := context.WithCancel(ctx)
+	leaseCtx, endLease := lk.leaseWithCancel(ctx)
 	returned := false
 	defer func() {
 		// This also runs while a panic from fn unwinds; the panic then
 		// continues with its original stack.
-		defer endLease()
+		defer endLease(nil)
 		lost := lk.lostCause()
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(lk, lost != nil))
 		var relErr error
@@ -549,6 +549,10 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 			relErr = lk.Release(rctx)
 		}
 		cancel()
+		if relErr != nil {
+			// The failed release resumed the renewal: end it.
+			lk.stopRenewal()
+		}
 		if lost == nil {
 			// The Deadline may have passed while the release hung.
 			lost = lk.lostCause()
@@ -569,7 +573,7 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 			err = errors.Join(err, relErr)
 		}
 	}()
-	err = fn(lk.Lease(leaseCtx))
+	err = fn(leaseCtx)
 	returned = true
 	return err
 }
