@@ -41,7 +41,7 @@ type leaseState struct {
 	// was stopped before firing, so that stopRenewal can wait for it.
 	firstRenewal *time.Timer
 	firstPending sync.WaitGroup
-	stopped     bool               // Release is in progress: start no renewal
+	stopped      bool // Release is in progress: start no renewal
 
 	// reschedule wakes the renewal loop when Refresh changes the TTL, so
 	// that it renews on the new schedule. It has room for one signal.
