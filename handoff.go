@@ -20,7 +20,7 @@ import (
 // round trip, instead of a release, an announcement and then an attempt
 // by every Locker that waits. A release that finds no live entry deletes
 // the key and announces that, as before, and the waiters try as described
-// in notify.go.
+// in wait.go.
 //
 // Each Locker queues the head of its own queue for a key (and any waiter
 // whose first attempt raced with others of the same Locker), so the
@@ -54,7 +54,7 @@ import (
 // Quorums and locks that wait for replicas (WithReplicas) are not queued:
 // a handoff could neither reach a majority in one step nor wait for the
 // replicas. Their waiters are woken by the announcement of a plain release
-// and try, as notify.go describes.
+// and try, as wait.go describes.
 
 // Lifetimes of handoff queue entries.
 const (

@@ -36,7 +36,7 @@ const (
 	queueKind    = "queue"    // the handoff queue: see handoff.go
 	fenceKind    = "fence"    // the fence counter: see WithFencing
 	doneKind     = "done"     // the completion record: see Once
-	releasedKind = "released" // the release channel: see notify.go
+	releasedKind = "released" // the release channel: see wait.go
 )
 
 // checkKey reports whether key may name a lock.

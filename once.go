@@ -196,15 +196,11 @@ func (l *Locker) Completed(ctx context.Context, key string, opts ...Option) (c C
 // onceConfig resolves the options for a call of Once or Completed on key, and
 // returns the store and the key of the completion record.
 func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, string, error) {
-	cfg, err := l.callConfig(key, opts)
+	cfg, err := l.callConfigFor(key, opts, callOnce)
 	if err != nil {
 		return config{}, nil, "", err
 	}
-	st, ok := l.store.(onceStore)
-	if !ok {
-		return config{}, nil, "", fmt.Errorf("%w: this Locker's store keeps no completion records", ErrInvalidArgument)
-	}
-	return cfg, st, companion(cfg.prefix, key, doneKind), nil
+	return cfg, l.store, companion(cfg.prefix, key, doneKind), nil
 }
 
 // complete ends a lock whose job completed, as Release does, but with one

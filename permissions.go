@@ -45,7 +45,7 @@ func (n need) letters() string {
 // needs returns what the calls on a lock with cfg need, beyond extra.
 func (l *Locker) needs(cfg *config, extra need) need {
 	n := needLock | extra
-	if !l.quorum {
+	if l.store.queues() {
 		n |= needQueue
 	}
 	if cfg.fencing {
@@ -103,8 +103,13 @@ func (l *Locker) Check(ctx context.Context) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	n := l.needs(&l.cfg, needFence|needAnnounce)
-	if !l.quorum {
+	n := l.needs(&l.cfg, needAnnounce)
+	fenced := l.cfg
+	fenced.fencing = true
+	if l.store.allows(&fenced, callLock) == nil {
+		n |= needFence
+	}
+	if l.store.allows(&l.cfg, callOnce) == nil {
 		n |= needOnce | needInspect
 	}
 	refused, complete, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)

@@ -53,7 +53,7 @@ import (
 // option makes every call on the Locker return an error matching
 // ErrInvalidArgument.
 func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
-	l := &Locker{cfg: defaultConfig(), quorum: true}
+	l := &Locker{cfg: defaultConfig()}
 	if len(clients) == 0 {
 		l.err = fmt.Errorf("%w: no Redis clients for a quorum", ErrInvalidArgument)
 		return l
@@ -73,20 +73,45 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 	l.store = q
 	l.notify = newNotifier(clients[0])
 	if l.err = l.cfg.apply(opts); l.err == nil {
-		l.err = l.cfg.checkQuorum()
+		l.err = q.allows(&l.cfg, callLock)
 	}
 	return l
 }
 
-// checkQuorum rejects the options a quorum cannot honour.
-func (c *config) checkQuorum() error {
+// allows refuses what a quorum cannot honour: fencing, replicas, and the
+// records of Once and Inspect.
+func (q quorumStore) allows(cfg *config, c callKind) error {
 	switch {
-	case c.fencing:
+	case cfg.fencing:
 		return fmt.Errorf("%w: WithFencing on a quorum of masters: independent counters cannot give strictly increasing tokens", ErrInvalidArgument)
-	case c.replicas > 0:
+	case cfg.replicas > 0:
 		return fmt.Errorf("%w: WithReplicas on a quorum of masters: each master stands alone", ErrInvalidArgument)
+	case c == callOnce:
+		return fmt.Errorf("%w: Once and Completed on a quorum of masters: a completion record on a majority cannot be written with the release in one step", ErrInvalidArgument)
+	case c == callInspect:
+		return fmt.Errorf("%w: Inspect on a quorum of masters: this Locker's store cannot be inspected", ErrInvalidArgument)
 	}
 	return nil
+}
+
+// queues is false: a release cannot hand the lock over on a majority in
+// one step.
+func (quorumStore) queues() bool { return false }
+
+// errRefusedByAllows is what the quorum's record, complete and inspect
+// return: allows refuses their calls first, so they are never reached.
+var errRefusedByAllows = fmt.Errorf("%w: not on a quorum of masters", ErrInvalidArgument)
+
+func (quorumStore) record(context.Context, string) (string, bool, error) {
+	return "", false, errRefusedByAllows
+}
+
+func (quorumStore) complete(context.Context, lockRef, string, string, time.Duration) (bool, error) {
+	return false, errRefusedByAllows
+}
+
+func (quorumStore) inspect(context.Context, []string) (rawStatus, error) {
+	return rawStatus{}, errRefusedByAllows
 }
 
 // maxNodeWait bounds how long an attempt waits for one master of a quorum.

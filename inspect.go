@@ -59,14 +59,11 @@ type LockStatus struct {
 // An error means Redis could not answer, or one of the keys holds
 // something this package did not write there.
 func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockStatus, error) {
-	cfg, err := l.callConfig(key, opts)
+	cfg, err := l.callConfigFor(key, opts, callInspect)
 	if err != nil {
 		return LockStatus{}, err
 	}
-	st, ok := l.store.(inspectStore)
-	if !ok {
-		return LockStatus{}, fmt.Errorf("%w: this Locker's store cannot be inspected", ErrInvalidArgument)
-	}
+	st := l.store
 	k := keysOf(cfg.prefix, key)
 	fenceKey, doneKey := k.Fence, k.Done
 	raw, err := st.inspect(ctx, []string{k.Lock, fenceKey, doneKey, k.Queue})

@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -10,165 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The Lua scripts run with EVALSHA, falling back to EVAL when the server
-// answers NOSCRIPT (its script cache was flushed, or it is a new primary
-// after a failover), so callers never see that error. Each script touches
-// the lock key and its companion keys (see slotKey), all passed in KEYS and
-// all in one cluster slot, so it runs on Redis Cluster too.
-var (
-	//go:embed obtain.lua
-	obtainSrc    string
-	obtainScript = redis.NewScript(obtainSrc)
-
-	//go:embed release.lua
-	releaseSrc string
-
-	//go:embed refresh.lua
-	refreshSrc string
-
-	//go:embed pttl.lua
-	pttlSrc string
-)
-
-// luaScript is a script to run with arguments prepared by the caller, in
-// one slice, so that a call builds nothing it has already built: see run.
-type luaScript struct {
-	src, sha any // the source and its SHA1, as go-redis takes them
-}
-
-func newLuaScript(src string) luaScript {
-	return luaScript{src: src, sha: redis.NewScript(src).Hash()}
-}
-
-var (
-	releaseLua = newLuaScript(releaseSrc)
-	refreshLua = newLuaScript(refreshSrc)
-	pttlLua    = newLuaScript(pttlSrc)
-)
-
-// processor is what sends a prepared command: every go-redis client.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// run runs the script on c with args, which is laid out as EVALSHA takes
-// it with two slots left free at the front: {_, _, number of keys,
-// keys..., arguments...}. It sends EVALSHA and, when the server does not
-// know the script (its cache was flushed, or it is a new primary), EVAL.
-// run fills the free slots; args must not be shared with another call.
-func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd {
-	args[0], args[1] = "evalsha", s.sha
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	_ = c.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		args[0], args[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, cmd)
-	}
-	return cmd
-}
-
-// pttlNotHeld is what pttl.lua returns when the caller does not hold the lock.
-const pttlNotHeld = -3
-
-// A store runs the lock primitives against one Redis deployment. Each
-// method touches one lock (with its companion keys, in the same cluster
-// slot) in one round trip (two when the server first answers NOSCRIPT),
-// and reports a Redis failure as an error, never as the lock being held
-// or not held. It is the seam behind which other deployments (a quorum of
-// independent servers) can stand.
-type store interface {
-	// acquire runs one attempt to take a lock, as acquireReq describes.
-	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
-	// release hands the lock to the first of its queued waiters, or
-	// deletes it, if it holds the token, announces which to waiters in the
-	// same step, and reports whether it did.
-	release(ctx context.Context, ref lockRef) (bool, error)
-	// withdraw is release for a queued waiter that gives up: when the
-	// lock does not hold the token (it was not handed to the waiter),
-	// it removes the waiter's queue entry, made with ttlMS.
-	withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error)
-	// refresh sets the lock's TTL if it holds the token, and reports
-	// whether it did.
-	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
-	// pttl returns the lock's remaining TTL if it holds the token.
-	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
-	// check returns the commands that calls with needs n on the lock
-	// named by k need and the connected user may not run, changing
-	// nothing; complete is false when some server could not be asked.
-	check(ctx context.Context, k Keys, n need) (refused []string, complete bool, err error)
-}
-
-// lockRef names one acquisition of a lock to a store: keys[0] is the lock
-// key, keys[1], when present, its handoff queue (see handoff.go), and
-// keys[2], when present, its fence counter; token is the value that marks
-// this acquisition. The token and the lock key (lockKey) are kept as
-// interface values because go-redis takes arguments as such: converting
-// once per lock, not once per command, saves an allocation per command.
-type lockRef struct {
-	keys    []string
-	lockKey any
-	token   any
-	// channel is the channel on which the release is announced (a
-	// string), and fenceTTLMS how long the fence counter lives after a
-	// token was taken, in ms (an int64, 0 for ever).
-	channel    any
-	fenceTTLMS any
-}
-
-// fenced reports whether the lock takes fencing tokens.
-func (r *lockRef) fenced() bool { return len(r.keys) > 2 }
-
-// acquireReq is one attempt to take a lock: set keys[0] to token with the
-// TTL if it is free (or already holds token), then, if keys[2] is present,
-// take the next fencing token from that counter, and, if replicas is not
-// zero, wait up to replicaWait for that many replicas to acknowledge. When
-// queue is set and the lock is taken, the caller is queued in keys[1] for
-// a handoff.
-type acquireReq struct {
-	lockRef
-	ttl         time.Duration
-	ttlMS       any // ttl in whole milliseconds, an int64
-	replicas    int
-	replicaWait time.Duration
-	queue       bool
-	// mode chooses the commands; the plain ones apply only without
-	// fencing or replicas.
-	mode acquireMode
-}
-
-// acquireMode chooses how an attempt is sent. A plain SET costs the server
-// a fraction of what the script costs (about 2µs against 10µs on Redis
-// 7.0), but tells less.
-type acquireMode int
-
-const (
-	// scripted runs the acquire script: one round trip that reports the
-	// holder's TTL when the lock is taken.
-	scripted acquireMode = iota
-	// plainOnce sends SET NX PX GET: one round trip that tells a resend
-	// of this very call from another holder, but not the holder's TTL;
-	// for callers that will not wait.
-	plainOnce
-	// plainFirst sends SET NX PX and, when the key is taken, the script:
-	// one cheap round trip for a free lock, two for a taken one; for the
-	// first attempt of a caller that may wait.
-	plainFirst
-)
-
-// acquireRes is the outcome of an acquireReq: either ok, with the fence
-// (0 without fencing) and the number of replicas that acknowledged, or not,
-// with the holder's remaining TTL, negative when its key has no expiry,
-// and, for a queued attempt, the holder's token.
-type acquireRes struct {
-	ok        bool
-	fence     int64
-	acked     int
-	holderTTL time.Duration
-	holder    string
-}
+// The store of one Redis server, Sentinel group or Cluster.
 
 // scriptStore is the store of a single Redis server, Sentinel group or
 // cluster, reached through one go-redis client.
@@ -176,6 +17,10 @@ type scriptStore struct {
 	client  redis.UniversalClient
 	sharded bool // a cluster client: announce with SPUBLISH
 }
+
+func (scriptStore) allows(*config, callKind) error { return nil }
+
+func (scriptStore) queues() bool { return true }
 
 func newScriptStore(client redis.UniversalClient) scriptStore {
 	return scriptStore{client: client, sharded: isSharded(client)}
@@ -221,14 +66,6 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	}
 	return acquireRes{ok: true, fence: res, acked: int(acked)}, nil
 }
-
-// scriptError is the failure of a script, which may come after some of
-// its writes: Redis does not undo them (an error reply to a single
-// command, by contrast, means it did nothing).
-type scriptError struct{ err error }
-
-func (e scriptError) Error() string { return e.err.Error() }
-func (e scriptError) Unwrap() error { return e.err }
 
 // acquireQueued runs the acquire script and queues the caller for a
 // handoff when the lock is taken.
@@ -409,50 +246,6 @@ func (s scriptStore) publish() any {
 
 // The announcing commands, converted once for go-redis.
 var publishCmd, spublishCmd any = "publish", "spublish"
-
-// queueClient returns the client for scripts that name a lock's handoff
-// queue: s.client, or on Redis Cluster the client of the master that owns
-// key's slot. The cluster client must not send them: while a slot
-// migrates, a script naming a key that does not exist (the queue mostly
-// does not) is refused with TRYAGAIN, which the cluster client retries on
-// other nodes and then marks the master as failing. The master's own
-// client returns the refusal, or a redirection once the slot has moved,
-// and the caller falls back to a script over the lock key alone, which
-// the cluster client sends wherever the key is (see clusterRefused).
-func (s scriptStore) queueClient(ctx context.Context, key string) (redis.UniversalClient, error) {
-	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok {
-		return s.client, nil
-	}
-	master, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoMaster, err)
-	}
-	return master, nil
-}
-
-// errNoMaster marks a failure to find the master of a slot.
-var errNoMaster = errors.New("no master for the lock's slot")
-
-// clusterRefused reports whether err is Redis Cluster refusing a script
-// sent to a slot's master by its own client: the slot is migrating
-// (TRYAGAIN, ASK), has moved (MOVED), or its master is unknown. A script
-// over the lock key alone, through the cluster client, then follows the
-// key.
-func clusterRefused(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, errNoMaster) {
-		return true
-	}
-	for _, p := range []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN"} {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
-	}
-	return false
-}
 
 func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
 	res, err := refreshLua.run(ctx, s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()

@@ -1,0 +1,266 @@
+package locksmith
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Locker: what it holds, how it is made and closed, and WithLock.
+
+// maxCleanupWait bounds the calls that run after the caller's context may
+// have ended: the best-effort delete after a failed or abandoned Obtain and
+// the release at the end of WithLock.
+const maxCleanupWait = 5 * time.Second
+
+// lostReleaseWait bounds the release at the end of WithLock once the lock
+// is lost or past its Deadline: its key is gone, or expires by itself
+// within the drift allowance, so the release can at best free it a little
+// early, and is not worth holding the caller up for.
+const lostReleaseWait = time.Second
+
+// A Locker hands out locks stored in one Redis deployment. It holds the
+// client and the default options, and queues its callers that wait for a
+// lock; it keeps no state for locks that are held, so one Locker can serve
+// a whole process. A Locker is safe for concurrent use.
+//
+// While some of its Obtain calls wait, a Locker keeps one pub/sub
+// connection open to hear of releases (on Redis Cluster, one per key
+// waited on), read by a goroutine of its own; it closes that connection,
+// and stops the goroutine, about half a second after the last wait ends.
+// Close stops them at once and waits for them: call it when the Locker is
+// no longer needed, before closing the client.
+type Locker struct {
+	store  store
+	notify *notifier
+	cfg    config
+	err    error // a bad client or default option given to New
+
+	// verified is the union of the needs that the connected user was
+	// found to have: see verify.
+	verified atomic.Uint32
+}
+
+// New returns a Locker that stores locks through client, with opts as the
+// defaults of every call. The client is used as it is: its timeouts, pool
+// and retry settings apply to every command the Locker sends.
+//
+// New never fails; a nil client or an invalid option makes every call on
+// the Locker return an error matching ErrInvalidArgument. It has no error
+// to return because the mistakes it could report are fixed in code, not
+// handled at run time, and a Locker is usually built beside its client,
+// as a field or package variable, where an error would only be checked
+// with a panic; the first call reports it instead, before sending
+// anything. The zero Locker is not usable either: every call on it
+// returns an error matching ErrInvalidArgument. The options given
+// to New are checked together, against the package defaults, so an
+// invalid default cannot be mended by a per-call option.
+func New(client redis.UniversalClient, opts ...Option) *Locker {
+	l := &Locker{cfg: defaultConfig()}
+	if isNil(client) {
+		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
+		return l
+	}
+	l.store = newScriptStore(client)
+	l.notify = newNotifier(client)
+	l.err = l.cfg.apply(opts)
+	return l
+}
+
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// usable reports why calls on l cannot run: an invalid argument to New, a
+// zero Locker, or Close.
+func (l *Locker) usable() error {
+	switch {
+	case l.err != nil:
+		return l.err
+	case l.store == nil:
+		return fmt.Errorf("%w: a zero Locker; make one with New or NewQuorum", ErrInvalidArgument)
+	case l.notify.isClosed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close stops the Locker's background work and waits for it: the
+// goroutines and pub/sub connections that hear release announcements.
+// Obtain calls waiting at that moment return promptly with an error
+// matching ErrClosed, after withdrawing from the lock's queue (they leave
+// no lock and no queue entry behind); later calls on the Locker return
+// ErrClosed without sending anything. Locks obtained before stay valid:
+// they can still be refreshed and released, and their leases go on
+// renewing them until released. Close does not close the Redis client,
+// which belongs to the caller. It is safe to call more than once, and
+// concurrently with other calls; it always returns nil.
+func (l *Locker) Close() error {
+	if l.notify != nil {
+		l.notify.close()
+	}
+	return nil
+}
+
+// callConfig resolves the options for one call on key, a lock call.
+func (l *Locker) callConfig(key string, opts []Option) (config, error) {
+	return l.callConfigFor(key, opts, callLock)
+}
+
+// callConfigFor resolves the options for one call of kind c on key, and
+// checks that the Locker's store can serve it.
+func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, error) {
+	if err := l.usable(); err != nil {
+		return config{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return config{}, err
+	}
+	if len(opts) == 0 {
+		if c != callLock {
+			if err := l.store.allows(&l.cfg, c); err != nil {
+				return config{}, err
+			}
+		}
+		return l.cfg, nil
+	}
+	// Options are applied through an interface, which makes their
+	// target escape: copy only when there are options.
+	cfg := new(config)
+	*cfg = l.cfg
+	if err := cfg.apply(opts); err != nil {
+		return config{}, err
+	}
+	if err := l.store.allows(cfg, c); err != nil {
+		return config{}, err
+	}
+	return *cfg, nil
+}
+
+// queues reports whether waiters with cfg are queued for handoffs (see
+// handoff.go): not on a quorum, or with WithReplicas.
+func (l *Locker) queues(cfg *config) bool {
+	return l.store.queues() && cfg.replicas == 0
+}
+
+// WithLock obtains the lock on key (following the options, retry strategy
+// included), runs fn with a lease context that renews the lock in the
+// background, and releases the lock when fn returns or panics. A panic is
+// passed on after the release.
+//
+// fn must stop its work when its context is done: the context is cancelled,
+// with a cause matching ErrLockLost, as soon as the lock is found lost.
+// Inside fn, LockFromContext returns the lock.
+//
+// WithLock returns the error from Obtain if the lock was not obtained, and
+// otherwise fn's error. If the lock was lost while fn ran, or before the
+// release succeeded, the result matches ErrLockLost even when fn returned
+// nil. That includes the release
+// finding the lock already gone, which is also what a release looks like
+// when its reply was lost and the client resent it after the first one
+// had deleted the key: a false alarm, on the safe side.
+//
+// The release runs on a context that ignores the cancellation of ctx but
+// is bounded in time: it gets the TTL or 5s, whichever is shorter, and no
+// more than 1s (or the TTL, if shorter) once the lock is lost or past its
+// Deadline; a lost lock's key is gone or expires by itself within the
+// drift allowance, so waiting longer could free it only a little early.
+// So when fn returns promptly on its context's cancellation, WithLock
+// returns at most about 1s after the lock is lost, even when Redis has
+// stopped answering. The bound needs a client that honours contexts
+// (go-redis Options.ContextTimeoutEnabled); otherwise a release to an
+// unresponsive Redis, and a renewal in flight that the release waits
+// for, take the client's read timeout (3s by default). If the release
+// fails, its error is joined to the result, except, after a loss, an
+// error matching ErrNotHeld, which only repeats what the loss says.
+func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		return err
+	}
+	return l.withLock(ctx, key, &cfg, fn, nil)
+}
+
+// withLock is WithLock once its arguments are checked; Once shares it.
+// When fn returns nil (not when it panics) and the lock was not found lost
+// while it ran, finish, if not nil, ends the lock instead of Release. It
+// must do what Release does, and report a lock that was gone with an error
+// matching ErrNotHeld.
+func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(ctx context.Context) error,
+	finish func(ctx context.Context, lk *Lock) error) (err error) {
+	lk, err := l.obtain(ctx, key, cfg)
+	if err != nil {
+		return err
+	}
+	// The lease ends with this call even if the release fails (the lock
+	// then expires with its TTL): nothing renews a lock nobody uses.
+	leaseCtx, endLease := lk.leaseWithCancel(ctx)
+	returned := false
+	defer func() {
+		// This also runs while a panic from fn unwinds; the panic then
+		// continues with its original stack.
+		defer endLease(nil)
+		lost := lk.lostCause()
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(lk, lost != nil))
+		var relErr error
+		if finish != nil && returned && err == nil && lost == nil {
+			relErr = finish(rctx, lk)
+		} else {
+			relErr = lk.Release(rctx)
+		}
+		cancel()
+		if relErr != nil {
+			// The failed release resumed the renewal: end it.
+			lk.stopRenewal()
+		}
+		if lost == nil {
+			// The Deadline may have passed while the release hung.
+			lost = lk.lostCause()
+		}
+		switch {
+		case lost != nil:
+			if !errors.Is(err, ErrLockLost) {
+				err = errors.Join(err, lost)
+			}
+			if relErr != nil && !errors.Is(relErr, ErrNotHeld) {
+				err = errors.Join(err, relErr)
+			}
+		case errors.Is(relErr, ErrNotHeld):
+			// Neither the lease nor fn noticed, but the lock was gone
+			// before the release: it expired or was taken while fn ran.
+			err = errors.Join(err, fmt.Errorf("%w: %w", ErrLockLost, relErr))
+		case relErr != nil:
+			err = errors.Join(err, relErr)
+		}
+	}()
+	err = fn(leaseCtx)
+	returned = true
+	return err
+}
+
+// releaseDeadline returns when the release at the end of WithLock gives
+// up, as WithLock describes; lost is whether the lock is known lost.
+func releaseDeadline(lk *Lock, lost bool) time.Time {
+	now := time.Now()
+	end := lk.Deadline()
+	if lost || end.Before(now) {
+		end = now
+	}
+	end = end.Add(min(lk.cfg.ttl, lostReleaseWait))
+	if limit := now.Add(min(lk.cfg.ttl, maxCleanupWait)); limit.Before(end) {
+		return limit
+	}
+	return end
+}

@@ -1,0 +1,276 @@
+package locksmith
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Obtain: one attempt, try once or wait, and cleaning up after a failure.
+
+// Obtain acquires the lock on key, stored in Redis at prefix+key with the
+// TTL from the options, and returns a handle to it.
+//
+// When someone else holds the lock, Obtain follows the retry strategy: with
+// the default, NoRetry, it returns an error matching ErrNotObtained at once;
+// otherwise it waits and tries again until it wins, the strategy gives up
+// (ErrNotObtained), or ctx ends (an error matching both ErrNotObtained and
+// ctx.Err()), also when ctx ends while a request is in flight. It never
+// waits longer than the holder's remaining TTL before the next attempt. A
+// waiter is woken by the announcement of a release; a release that is not
+// announced (another client's compare-and-delete or DEL, an expired key)
+// is noticed within one of the strategy's delays and a round trip, for
+// which the first waiter of each Locker and key tries once per delay.
+//
+// The first call of a Locker (and its first call that needs more, such as
+// a first WithFencing) asks Redis, in one extra round trip, whether the
+// user may run everything the call needs; if not, it returns an error
+// matching ErrNoPermission before anything is written (see Check).
+//
+// Any other failure, such as Redis being unreachable or answering an error,
+// is returned wrapped and does not match ErrNotObtained: the caller cannot
+// tell whether someone holds the lock and should not proceed as if it did.
+// If the reply to the acquire arrives after the lock's validity (TTL less
+// the drift allowance) has run out, Obtain deletes the lock and returns an
+// error matching ErrLockLost.
+//
+// Obtain leaves no lock behind when it fails: if the acquire may have
+// reached Redis (a timeout, a dropped connection, ctx cancelled mid-call,
+// a script refused after its write), it deletes the lock, if it is still
+// its own, in a best-effort call bounded in time (at most 5s), which can
+// make Obtain return that much later.
+//
+// ctx bounds the wait between attempts. Whether it also cuts short a
+// command in flight is up to the client: go-redis applies a context's
+// deadline to the socket only with Options.ContextTimeoutEnabled, and
+// otherwise waits out its own read and write timeouts (3s by default).
+// Enable it, or set short timeouts, where Obtain must return on time.
+func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l.obtain(ctx, key, &cfg)
+}
+
+func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
+	if ctx.Err() != nil {
+		return nil, notObtained(ctx, key)
+	}
+	if err := l.verify(ctx, cfg, key, 0); err != nil {
+		return nil, err
+	}
+	rkey := cfg.prefix + key
+	// The strategy's first delay decides between trying once and
+	// waiting: a strategy that gives none (NoRetry, LimitRetry(s, 0))
+	// makes one attempt, which sends one command and starts nothing.
+	backoff := newBackoff(cfg.retry)
+	delay, wait := backoff.Next()
+	if !wait {
+		return l.tryOnce(ctx, key, rkey, cfg)
+	}
+	// See wait.go for how waiting works, and handoff.go for how a
+	// release hands the lock to a waiter.
+	queue := l.queues(cfg)
+	ch := companion(cfg.prefix, key, releasedKind)
+	t := l.notify.ticket(ch)
+	if t.queued {
+		// Others of this Locker wait already: queue up behind them
+		// rather than barge in.
+		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
+		return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
+	}
+	// A key this Locker has recently waited for is likely taken: try
+	// with the script at once, rather than a plain SET and the script.
+	mode := plainFirst
+	if t.existed {
+		mode = scripted
+	}
+	token := uuid.NewString()
+	start := time.Now()
+	lk, res, err := l.tryObtain(ctx, key, rkey, cfg, mode, token, queue)
+	if lk != nil || err != nil {
+		return lk, err
+	}
+	w := l.notify.join(ctx, ch, t, res, token, queue, start)
+	return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
+}
+
+// tryOnce makes one attempt that does not wait: someone else holding the
+// lock is an error matching ErrNotObtained.
+func (l *Locker) tryOnce(ctx context.Context, key, rkey string, cfg *config) (*Lock, error) {
+	lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
+	if lk == nil && err == nil {
+		err = heldElsewhere(key)
+	}
+	return lk, err
+}
+
+// tryObtain makes one attempt, with token, queued for a handoff if queue
+// is set. It returns the lock, or, when someone else holds it, what the
+// attempt learned of the holder (its remaining TTL, negative when unknown,
+// and its token if the attempt was queued), or an error for anything else.
+// mode says which commands to send (see acquireMode).
+func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, mode acquireMode, token string, queue bool) (*Lock, acquireRes, error) {
+	// The handle is made first: the store's arguments live in it, so that
+	// they are built once per lock.
+	lk := l.newLock(key, rkey, cfg, token)
+	req := acquireReq{lockRef: lk.ref, ttl: cfg.ttl, ttlMS: cfg.ttlMS, replicas: cfg.replicas, replicaWait: cfg.replicaWait,
+		mode: mode, queue: queue}
+	start := time.Now()
+	res, err := l.store.acquire(ctx, req)
+	if err != nil {
+		if mayHaveLanded(err) {
+			deleteIfOwned(ctx, lk)
+		}
+		if ctx.Err() != nil {
+			// The caller gave up mid-call: report it as such, whatever
+			// the client made of the interrupted command.
+			return nil, acquireRes{}, notObtained(ctx, key)
+		}
+		return nil, acquireRes{}, fmt.Errorf("locksmith: obtain %q: %w", key, err)
+	}
+	if !res.ok {
+		return nil, res, nil
+	}
+	lk.fence = res.fence
+	lk.deadline = start.Add(cfg.ttl - cfg.driftFor(cfg.ttl))
+	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
+		deleteIfOwned(ctx, lk)
+		return nil, acquireRes{}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
+			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
+	}
+	if res.acked < cfg.replicas {
+		deleteIfOwned(ctx, lk)
+		return nil, acquireRes{}, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
+			ErrNotReplicated, res.acked, cfg.replicas, key, cfg.replicaWait)
+	}
+	if ctx.Err() != nil {
+		deleteIfOwned(ctx, lk)
+		return nil, acquireRes{}, notObtained(ctx, key)
+	}
+	return lk, acquireRes{}, nil
+}
+
+// newLock makes the handle of an acquisition of rkey with token.
+func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
+	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk.keyBuf[0] = rkey
+	lk.ref = lockRef{keys: lk.keyBuf[:1], lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
+	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
+	if l.store.queues() {
+		lk.keyBuf[1] = companion(cfg.prefix, key, queueKind)
+		lk.ref.keys = lk.keyBuf[:2]
+		if cfg.fencing {
+			lk.keyBuf[2] = companion(cfg.prefix, key, fenceKind)
+			lk.ref.keys = lk.keyBuf[:3]
+		}
+	}
+	return lk
+}
+
+// handedOver returns the lock a release handed to waiter w, as h
+// announced. Its validity runs from since, when w's first queued attempt
+// was sent (see handoff.go).
+func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, w *waiter, h *handoff, since time.Time) (*Lock, error) {
+	lk := l.newLock(key, rkey, cfg, w.token)
+	lk.fence = h.fence
+	lk.ttl = h.ttl
+	drift := cfg.driftFor(h.ttl)
+	lk.deadline = since.Add(h.ttl - drift)
+	l.notify.won(w, lk.deadline)
+	if ctx.Err() != nil {
+		deleteIfOwned(ctx, lk)
+		return nil, notObtained(ctx, key)
+	}
+	if time.Until(lk.deadline) < h.ttl/2 {
+		// A long wait since the first queued attempt: start the TTL
+		// again, from a time known.
+		if err := lk.refresh(ctx, h.ttl, drift); err != nil {
+			deleteIfOwned(ctx, lk)
+			switch {
+			case ctx.Err() != nil:
+				return nil, notObtained(ctx, key)
+			case errors.Is(err, ErrNotHeld):
+				return nil, fmt.Errorf("%w: %q was handed over but expired before it could be refreshed", ErrLockLost, key)
+			}
+			return nil, err
+		}
+	}
+	return lk, nil
+}
+
+// leave takes w out of its queue once its Obtain call returns. A waiter
+// that did not get the lock withdraws from the handoff queue, releasing
+// the lock if it was handed over meanwhile.
+func (l *Locker) leave(ctx context.Context, key, rkey string, cfg *config, w *waiter) {
+	if l.notify.leave(w) {
+		deleteIfOwned(ctx, l.newLock(key, rkey, cfg, w.token))
+	}
+}
+
+// holderExpiry returns when a holder whose remaining TTL an attempt
+// reported will have lost the lock, or zero when its key has no expiry.
+func holderExpiry(holderTTL time.Duration) time.Time {
+	if holderTTL < 0 {
+		return time.Time{}
+	}
+	// Redis reports whole milliseconds, rounded: allow one more.
+	return time.Now().Add(holderTTL + time.Millisecond)
+}
+
+// newBackoff starts one call's retries; a strategy that returns no Backoff
+// retries nothing.
+func newBackoff(s RetryStrategy) Backoff {
+	if b := s.NewBackoff(); b != nil {
+		return b
+	}
+	return noRetry{}
+}
+
+func heldElsewhere(key string) error {
+	return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
+}
+
+func notObtained(ctx context.Context, key string) error {
+	return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, ctx.Err())
+}
+
+// mayHaveLanded reports whether a command that failed with err may still
+// have taken the lock. A script may have failed after its SET (Redis does
+// not undo what a script wrote before an error); an error reply to a
+// single command means it did nothing, and a failed dial or an exhausted
+// pool means nothing was sent; anything else (timeouts, dropped
+// connections, cancellation mid-call) leaves it unknown.
+func mayHaveLanded(err error) bool {
+	var (
+		rerr redis.Error
+		oerr *net.OpError
+		serr scriptError
+	)
+	switch {
+	case errors.As(err, &serr):
+		return true
+	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout):
+		return false
+	case errors.As(err, &oerr) && oerr.Op == "dial":
+		return false
+	}
+	return true
+}
+
+// deleteIfOwned releases lk's lock if its key still holds lk's token, and
+// otherwise withdraws lk's token from the handoff queue, where an attempt
+// may have put it; on a context that outlives the caller's cancellation
+// but is bounded in time. Its error is dropped: the lock expires with its
+// TTL anyway, and a queue entry lapses.
+func deleteIfOwned(ctx context.Context, lk *Lock) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
+	defer cancel()
+	_, _ = lk.store.withdraw(ctx, lk.ref, lk.cfg.ttl.Milliseconds())
+}

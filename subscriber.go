@@ -1,0 +1,450 @@
+package locksmith
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The subscriber: the pub/sub connections on which a Locker hears release
+// announcements, and the goroutines that read them (see wait.go for what
+// the announcements do).
+
+// Timing of the notification machinery.
+const (
+	// notifyLinger is how long a key stays subscribed after its last
+	// waiter has gone, and the connection stays open after its last key,
+	// so that bursts of contention do not resubscribe each time.
+	notifyLinger = 500 * time.Millisecond
+	// notifyTick is how often the dispatcher looks for idle keys and
+	// checks that the connection is alive.
+	notifyTick = 100 * time.Millisecond
+	// notifyPingAfter is how long a quiet connection goes unchecked; a
+	// PING unanswered for as long again marks it dead.
+	notifyPingAfter = 2 * time.Second
+	// notifyErrorPause bounds the pause after a failed receive, so a
+	// connection that cannot be re-established is not retried in a spin.
+	notifyErrorPause = time.Second
+	// rivalMemory is how long a Locker remembers that another one
+	// competed for a key: see keyQueue.ours.
+	rivalMemory = time.Second
+)
+
+// isSharded reports whether client is a Redis Cluster client, whose
+// release announcements go through sharded pub/sub.
+func isSharded(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.ClusterClient)
+	return ok
+}
+
+// notifier multiplexes the release announcements of one Locker's keys
+// onto pub/sub connections, and queues the Locker's waiters per key. With
+// one server (or Sentinel) all keys share one connection. On Redis
+// Cluster each key has a connection of its own to the shard that owns its
+// channel, since one connection cannot subscribe to channels of several
+// shards; the waiters of one key still share it.
+type notifier struct {
+	client  redis.UniversalClient
+	sharded bool
+
+	// active counts the keys with a queue, so that an Obtain on a Locker
+	// that waits for nothing skips the lookup.
+	active atomic.Int64
+	// rtt estimates, in nanoseconds, how long the waiters' attempts take
+	// on a quiet path: how long a Locker defers to its rivals.
+	rtt atomic.Int64
+
+	mu   sync.Mutex           // guards the fields below, every keyQueue and every subConn
+	keys map[string]*keyQueue // by channel
+	// shared is the one connection when not sharded; nil while no
+	// dispatcher runs.
+	shared *subConn
+	// closed is set by close; no dispatcher starts after it. done is
+	// closed with it, to cut short a dispatcher's pause.
+	closed bool
+	done   chan struct{}
+	// ctx is the context of the dispatchers' I/O, cancelled by close so
+	// that a dial in progress ends.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// isClosed mirrors closed, for the calls that check it without mu.
+	isClosed atomic.Bool
+	// dispatchers counts the running dispatcher goroutines: close waits
+	// for them.
+	dispatchers sync.WaitGroup
+}
+
+// subConn is one pub/sub connection and the keys subscribed on it. Its
+// dispatcher goroutine, started with it, dials it and reads it until it
+// has no keys left (or the Locker or the client is closed), and then
+// closes it; the dispatcher does all of its I/O but the SUBSCRIBE of a key
+// added while it is up, which the caller that adds the key sends.
+type subConn struct {
+	ps   *redis.PubSub        // nil until the dispatcher has dialed it
+	keys map[string]*keyQueue // by channel: the keys it should be subscribed to
+	// up is false while the connection is known to be down; its keys are
+	// subscribed again when it comes back.
+	up bool
+}
+
+func newNotifier(client redis.UniversalClient) *notifier {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue), done: make(chan struct{}),
+		ctx: ctx, cancel: cancel}
+}
+
+// subscribeLocked adds q's channel to a connection's keys, starting a
+// connection and its dispatcher if needed, which subscribes it. It sends
+// nothing: it returns the connection on which the caller, once it has
+// released mu, must send the SUBSCRIBE, if one is up (nil otherwise). The
+// confirmation, read by the dispatcher, sets q.subscribed; until then the
+// key's waiters poll. After close nothing starts, and the waiters poll
+// until they see that the Locker is closed.
+func (n *notifier) subscribeLocked(q *keyQueue) *redis.PubSub {
+	if c := n.shared; c != nil && !n.sharded {
+		c.keys[q.channel] = q
+		q.conn = c
+		if c.up && c.ps != nil {
+			return c.ps
+		}
+		// Being dialed: the dispatcher subscribes every key once it is.
+		return nil
+	}
+	c := &subConn{keys: map[string]*keyQueue{q.channel: q}}
+	q.conn = c
+	if n.closed {
+		return nil
+	}
+	if !n.sharded {
+		n.shared = c
+	}
+	n.dispatchers.Add(1)
+	go n.dispatch(c)
+	return nil
+}
+
+// newPubSub dials a pub/sub connection subscribed to channels. On a
+// cluster the first command decides which node the connection talks to,
+// which must be the one that owns the channels.
+func (n *notifier) newPubSub(channels ...string) *redis.PubSub {
+	if n.sharded {
+		return n.client.SSubscribe(n.ctx, channels...)
+	}
+	return n.client.Subscribe(n.ctx, channels...)
+}
+
+func (n *notifier) subscribe(ctx context.Context, ps *redis.PubSub, channels ...string) error {
+	if n.sharded {
+		return ps.SSubscribe(ctx, channels...)
+	}
+	return ps.Subscribe(ctx, channels...)
+}
+
+func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
+	if n.sharded {
+		return ps.SUnsubscribe(n.ctx, channels...)
+	}
+	return ps.Unsubscribe(n.ctx, channels...)
+}
+
+// dispatch dials c and reads it until it has no keys left to watch, or
+// the Locker or the client is closed.
+func (n *notifier) dispatch(c *subConn) {
+	defer n.dispatchers.Done()
+	ctx := n.ctx
+	ps := n.connect(c)
+	if ps == nil {
+		return
+	}
+	lastHeard := time.Now()
+	var pingSent time.Time // zero when no PING is outstanding
+	errPause := 10 * time.Millisecond
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, notifyTick)
+		now := time.Now()
+		switch {
+		case err == nil:
+			lastHeard, pingSent, errPause = now, time.Time{}, 10*time.Millisecond
+			switch n.handle(c, msg) {
+			case replaceConn:
+				if ps = n.replace(c, ps); ps == nil {
+					return
+				}
+			case resubscribe:
+				n.resubscribe(c, ps)
+			}
+		case isTimeout(err):
+			switch {
+			case !pingSent.IsZero() && now.Sub(pingSent) > notifyPingAfter:
+				// The connection is silently dead. Start over on a new
+				// one, subscribed to every key.
+				if ps = n.replace(c, ps); ps == nil {
+					return
+				}
+				lastHeard, pingSent = now, time.Time{}
+			case pingSent.IsZero() && now.Sub(lastHeard) > notifyPingAfter:
+				if ps.Ping(ctx) == nil {
+					pingSent = now
+				}
+			}
+		case errors.Is(err, redis.ErrClosed):
+			// Closed by close, or the client was.
+			n.down(c)
+			n.forget(c)
+			return
+		default:
+			// The connection failed, or the server refused a
+			// subscription (on a cluster, MOVED: the slot has moved).
+			// The waiters poll until a new connection is subscribed.
+			n.down(c)
+			pause := time.NewTimer(errPause)
+			select {
+			case <-pause.C:
+			case <-n.done:
+				pause.Stop()
+			}
+			errPause = min(errPause*2, notifyErrorPause)
+			if ps = n.replace(c, ps); ps == nil {
+				return
+			}
+		}
+		if n.reap(c, ps, now) {
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// What the dispatcher must do after an item it received.
+type followUp int
+
+const (
+	carryOn followUp = iota
+	// replaceConn: the server dropped a sharded subscription because the
+	// channel's slot moved to another shard.
+	replaceConn
+	// resubscribe: a key that is still wanted was unsubscribed, by an
+	// UNSUBSCRIBE for a key that was idle and was joined again meanwhile.
+	resubscribe
+)
+
+// handle acts on one item received on c, and says what must follow.
+func (n *notifier) handle(c *subConn, msg any) followUp {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c.up = true
+	switch m := msg.(type) {
+	case *redis.Message:
+		q := c.keys[m.Channel]
+		if q == nil {
+			return carryOn
+		}
+		if h, ok := parseHandoff(m.Payload); ok {
+			n.handedLocked(q, h)
+		} else {
+			q.events++
+			if q.ours && q.woken == nil && time.Since(q.rivalSeen) < rivalMemory {
+				q.notBefore = time.Now().Add(n.roundTrip())
+			}
+			n.kickLocked(q)
+		}
+	case *redis.Subscription:
+		q := c.keys[m.Channel]
+		if q == nil {
+			return carryOn
+		}
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			if !q.subscribed {
+				q.subscribed = true
+				q.events++
+				// Releases before this moment were not announced to
+				// us: let the head check.
+				n.kickLocked(q)
+			}
+		case "unsubscribe":
+			// Sent by reap for a key that was idle then; it is wanted
+			// again (a SUBSCRIBE may have crossed it): poll until the
+			// dispatcher has subscribed it again.
+			q.subscribed = false
+			if len(q.waiters) > 0 {
+				q.waiters[0].signal()
+			}
+			return resubscribe
+		case "sunsubscribe":
+			// Not asked for, or asked for as above: the slot may have
+			// moved. Poll until subscribed again on the shard that owns
+			// it now.
+			q.subscribed = false
+			if len(q.waiters) > 0 {
+				q.waiters[0].signal()
+			}
+			return replaceConn
+		}
+	}
+	return carryOn
+}
+
+// resubscribe subscribes ps to the keys of c that are not subscribed.
+func (n *notifier) resubscribe(c *subConn, ps *redis.PubSub) {
+	n.mu.Lock()
+	var channels []string
+	for ch, q := range c.keys {
+		if !q.subscribed {
+			channels = append(channels, ch)
+		}
+	}
+	n.mu.Unlock()
+	if len(channels) > 0 {
+		_ = n.subscribe(n.ctx, ps, channels...)
+	}
+}
+
+// down marks every key of c unsubscribed after the connection failed, and
+// tells the heads of their queues to poll.
+func (n *notifier) down(c *subConn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c.up = false
+	for _, q := range c.keys {
+		q.subscribed = false
+		if len(q.waiters) > 0 {
+			q.waiters[0].signal()
+		}
+	}
+}
+
+// replace closes c's connection old and dials a new one subscribed to
+// every key of c. It returns the new connection, or nil when the
+// notifier was closed meanwhile.
+func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
+	n.down(c)
+	_ = old.Close()
+	if cc, ok := n.client.(*redis.ClusterClient); ok {
+		// The slot may have moved: learn where it lives now. The reload
+		// runs in the background; until it lands, the new subscription
+		// may be refused again and replaced again.
+		cc.ReloadState(n.ctx)
+	}
+	return n.connect(c)
+}
+
+// connect dials a connection for c, subscribed to every key of c, with
+// mu released; keys added meanwhile are subscribed once it is up. It
+// returns the connection, or nil, having closed it, when the notifier
+// was closed meanwhile.
+func (n *notifier) connect(c *subConn) *redis.PubSub {
+	n.mu.Lock()
+	channels := make([]string, 0, len(c.keys))
+	for ch := range c.keys {
+		channels = append(channels, ch)
+	}
+	n.mu.Unlock()
+	ps := n.newPubSub(channels...)
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		_ = ps.Close()
+		n.forget(c)
+		return nil
+	}
+	c.ps, c.up = ps, true
+	var added []string
+	for ch := range c.keys {
+		if !slices.Contains(channels, ch) {
+			added = append(added, ch)
+		}
+	}
+	n.mu.Unlock()
+	if len(added) > 0 {
+		_ = n.subscribe(n.ctx, ps, added...)
+	}
+	return ps
+}
+
+// forget drops c after its connection was closed; its keys' waiters poll.
+func (n *notifier) forget(c *subConn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.shared == c {
+		n.shared = nil
+	}
+	for ch, q := range c.keys {
+		if len(q.waiters) == 0 {
+			delete(c.keys, ch)
+			delete(n.keys, ch)
+			n.active.Add(-1)
+		}
+	}
+}
+
+// close stops every dispatcher and waits for them: it closes their
+// connections and wakes every waiter, which then sees that the Locker is
+// closed. It is safe to call more than once.
+func (n *notifier) close() {
+	n.mu.Lock()
+	if !n.closed {
+		n.closed = true
+		n.isClosed.Store(true)
+		close(n.done)
+		n.cancel()
+	}
+	var conns []*redis.PubSub
+	seen := make(map[*subConn]bool)
+	for _, q := range n.keys {
+		for _, w := range q.waiters {
+			w.signal()
+		}
+		if c := q.conn; c != nil && !seen[c] {
+			seen[c] = true
+			if c.ps != nil {
+				conns = append(conns, c.ps)
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, ps := range conns {
+		_ = ps.Close()
+	}
+	n.dispatchers.Wait()
+}
+
+// reap unsubscribes c's keys idle for longer than notifyLinger and, when
+// none is left, closes the connection. It reports whether the dispatcher
+// should return.
+func (n *notifier) reap(c *subConn, ps *redis.PubSub, now time.Time) bool {
+	n.mu.Lock()
+	var idle []string
+	for ch, q := range c.keys {
+		if len(q.waiters) == 0 && now.Sub(q.idleSince) > notifyLinger {
+			idle = append(idle, ch)
+			delete(c.keys, ch)
+			delete(n.keys, ch)
+			n.active.Add(-1)
+		}
+	}
+	last := len(c.keys) == 0
+	if last && n.shared == c {
+		n.shared = nil
+	}
+	n.mu.Unlock()
+	if last {
+		_ = ps.Close()
+		return true
+	}
+	if len(idle) > 0 {
+		_ = n.unsubscribe(ps, idle...)
+	}
+	return false
+}
