@@ -75,11 +75,11 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 		require.NoError(t, err)
 		defer holder.Release(ctx)
 
-		cnt := &counter{}
-		l := newLocker(t, b.client(t, cnt))
+		cnt, attempts := &counter{}, &scripts{}
+		l := checked(t, newLocker(t, b.client(t, cnt, attempts)), &attempts.n)
 		wctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		for range 32 {
+		wait := func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -91,12 +91,19 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 				}
 			}()
 		}
-		// Let them all queue up and the subscription settle.
-		eventually(t, 5*time.Second, func() bool { return cnt.count() >= 1 }, "no attempt")
-		time.Sleep(200 * time.Millisecond)
+		// The head settles: it is subscribed and has made the attempt
+		// that follows the confirmation. From then on this Locker sends
+		// nothing unless woken, however many goroutines join it.
+		wait()
+		waitSubscribed(t, b.client(t), plainNames(key).Channel, 1)
+		attempts.wait(t, 2)
 		settled := cnt.count()
+		for range 31 {
+			wait()
+		}
 
-		// Releases of another key, and time passing, wake nobody.
+		// Those joining, releases of another key, and time passing, wake
+		// nobody.
 		ol := newLocker(t, b.client(t))
 		for range 20 {
 			lk, err := ol.Obtain(ctx, other)
@@ -117,14 +124,18 @@ func TestNextInLineServedWhenHeadGivesUp(t *testing.T) {
 		holder, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 		require.NoError(t, err)
 
-		l := newLocker(t, b.client(t))
+		attempts := &scripts{}
+		l := checked(t, newLocker(t, b.client(t, attempts)), &attempts.n)
 		headCtx, cancelHead := context.WithCancel(ctx)
 		headDone := make(chan error, 1)
 		go func() {
 			_, err := l.Obtain(headCtx, key, locksmith.WithRetry(forever))
 			headDone <- err
 		}()
-		time.Sleep(50 * time.Millisecond)
+		// The head is asleep: subscribed, and past the attempt after
+		// the confirmation.
+		waitSubscribed(t, b.client(t), plainNames(key).Channel, 1)
+		attempts.wait(t, 2)
 		second := make(chan error, 1)
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -135,6 +146,8 @@ func TestNextInLineServedWhenHeadGivesUp(t *testing.T) {
 			}
 			second <- err
 		}()
+		// Joining behind the head sends nothing, so nothing shows that
+		// the second waiter has; give it time to.
 		time.Sleep(50 * time.Millisecond)
 		cancelHead()
 		require.ErrorIs(t, <-headDone, context.Canceled)
@@ -261,7 +274,7 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitSubscribed(t, raw, plainNames(key).Channel, 1)
 	// Cut the waiter's subscription and release while it is down, so the
 	// announcement is lost: the waiter must still get the lock.
 	require.NoError(t, raw.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
