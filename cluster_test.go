@@ -168,7 +168,8 @@ func TestClusterWaitersWokenByRelease(t *testing.T) {
 		held[i], err = holders.Obtain(ctx, key)
 		require.NoError(t, err)
 	}
-	waiters := newLocker(t, cl.Client(t))
+	attempts := &scripts{}
+	waiters := checked(t, newLocker(t, clusterClient(t, cl, attempts)), &attempts.n)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	errs := make(chan error, len(keys))
@@ -181,7 +182,12 @@ func TestClusterWaitersWokenByRelease(t *testing.T) {
 			errs <- err
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // let the waiters subscribe
+	// Every waiter is asleep: subscribed, and past its first attempt
+	// and the one that follows its subscription's confirmation.
+	for _, key := range keys {
+		waitShardSubscribed(t, cl, plainNames(key).Channel, 1)
+	}
+	attempts.wait(t, int64(2*len(keys)))
 	start := time.Now()
 	for _, lk := range held {
 		require.NoError(t, lk.Release(ctx))
@@ -189,7 +195,9 @@ func TestClusterWaitersWokenByRelease(t *testing.T) {
 	for _, key := range keys {
 		require.NoError(t, <-errs, "a waiter (keys %q)", key)
 	}
-	t.Logf("%d waiters on %d masters served %v after the releases", len(keys), 3, time.Since(start))
+	took := time.Since(start)
+	t.Logf("%d waiters on %d masters served %v after the releases", len(keys), 3, took)
+	require.Less(t, took, wakeBound, "the waiters were not woken by the releases")
 }
 
 // TestClusterReleaseAnnouncedBySPublish checks that releases are
@@ -322,7 +330,13 @@ func TestClusterLiveResharding(t *testing.T) {
 		}
 	}()
 
-	time.Sleep(300 * time.Millisecond) // let the waiters queue up
+	// The waiters are subscribed and queued for handoffs.
+	for _, key := range []string{keyA, keyB} {
+		waitShardSubscribed(t, cl, plainNames(key).Channel, 1)
+		eventually(t, 5*time.Second, func() bool {
+			return cl.Client(t).Exists(ctx, plainNames(key).Queue).Val() == 1
+		}, "the waiter for %q queued", key)
+	}
 	start := time.Now()
 	err = cl.MigrateSlot(ctx, slot, to, 1500*time.Millisecond)
 	close(migrated)
@@ -382,27 +396,26 @@ func TestClusterWaiterWokenAfterSlotMoved(t *testing.T) {
 	holder, err := newLocker(t, cl.Client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 
-	waiter := newLocker(t, cl.Client(t))
-	got := make(chan error, 1)
+	attempts := &scripts{}
+	waiter := checked(t, newLocker(t, clusterClient(t, cl, attempts)), &attempts.n)
 	wctx, cancelWait := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelWait()
-	go func() {
-		lk, err := waiter.Obtain(wctx, key, locksmith.WithRetry(forever))
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(200 * time.Millisecond) // let the waiter subscribe
-	require.NoError(t, cl.MigrateSlot(ctx, slot, otherMaster(t, cl, from), 0))
-	time.Sleep(200 * time.Millisecond) // let it resubscribe
+	got := obtainInBackground(wctx, waiter, nil, key, locksmith.WithRetry(forever))
+	channel := plainNames(key).Channel
+	waitShardSubscribed(t, cl, channel, 1)
+	attempts.wait(t, 2) // asleep: past the attempt after the confirmation
+	to := otherMaster(t, cl, from)
+	require.NoError(t, cl.MigrateSlot(ctx, slot, to, 0))
+	// Subscribed again, on the new owner, and past the attempt that
+	// follows that confirmation.
+	waitShardSubscribed(t, cl, channel, 1)
+	attempts.wait(t, 3)
+	released := time.Now()
 	require.NoError(t, holder.Release(ctx))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not woken by the release after its slot moved")
-	}
+	r := receive(t, got, "the waiter after its slot moved")
+	require.NoError(t, r.err)
+	require.NoError(t, r.lk.Release(ctx))
+	require.Less(t, r.at.Sub(released), wakeBound, "the waiter was not woken by the release after its slot moved")
 }
 
 // TestClusterWithReplicasWaitsForTheLocksOwnReplica makes one master's
@@ -468,7 +481,11 @@ func TestClusterMultiKeyScriptsDuringMigration(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- cl.MigrateSlot(ctx, slot, to, time.Second) }()
-	time.Sleep(500 * time.Millisecond) // into the ASK phase
+	// Into the ASK phase: the fence counter has moved, and the slot is
+	// not yet the new owner's.
+	eventually(t, 5*time.Second, func() bool {
+		return from.Client(t).ClusterCountKeysInSlot(ctx, slot).Val() == 0
+	}, "the keys of slot %d moved", slot)
 
 	lk, err = l.Obtain(ctx, base)
 	switch {

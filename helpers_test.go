@@ -349,3 +349,55 @@ func newQuorumLocker(t testing.TB, clients []redis.UniversalClient, opts ...lock
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
+
+// waitSubscribed waits until n connections to c subscribe to channel
+// (PUBSUB NUMSUB), as a Locker does once one of its Obtain calls waits for
+// the lock whose releases are announced there.
+func waitSubscribed(t *testing.T, c *redis.Client, channel string, n int64) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() bool {
+		got, err := c.PubSubNumSub(t.Context(), channel).Result()
+		if err != nil {
+			t.Fatalf("PUBSUB NUMSUB %q: %v", channel, err)
+		}
+		return got[channel] >= n
+	}, "%d subscribers to %q", n, channel)
+}
+
+// waitShardSubscribed is waitSubscribed on a cluster, where a Locker
+// subscribes with sharded pub/sub: it asks the master that serves
+// channel's slot now (PUBSUB SHARDNUMSUB).
+func waitShardSubscribed(t *testing.T, cl *redistest.Cluster, channel string, n int64) {
+	t.Helper()
+	ctx := t.Context()
+	clients := make(map[*redistest.Server]*redis.Client)
+	eventually(t, 5*time.Second, func() bool {
+		owner, err := cl.KeyOwner(ctx, channel)
+		if err != nil {
+			t.Fatalf("owner of %q: %v", channel, err)
+		}
+		c := clients[owner]
+		if c == nil {
+			c = owner.Client(t)
+			clients[owner] = c
+		}
+		got, err := c.PubSubShardNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatalf("PUBSUB SHARDNUMSUB %q on %s: %v", channel, owner.Addr, err)
+		}
+		return got[channel] >= n
+	}, "%d sharded subscribers to %q", n, channel)
+}
+
+// clusterClient returns a new client of cl whose node clients, which
+// carry every command the Locker sends, have hooks.
+func clusterClient(t *testing.T, cl *redistest.Cluster, hooks ...redis.Hook) *redis.ClusterClient {
+	t.Helper()
+	cc := cl.Client(t)
+	cc.OnNewNode(func(node *redis.Client) {
+		for _, h := range hooks {
+			node.AddHook(h)
+		}
+	})
+	return cc
+}

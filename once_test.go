@@ -132,7 +132,8 @@ func TestOnceCompletionWakesWaiters(t *testing.T) {
 		defer cancel()
 		key := uniqueKey(t)
 		holder := newLocker(t, b.client(t), locksmith.WithTTL(time.Minute))
-		waiter := newLocker(t, b.client(t))
+		attempts := &scripts{}
+		waiter := checked(t, newLocker(t, b.client(t, attempts)), &attempts.n)
 		running, finish := make(chan struct{}), make(chan struct{})
 		held := make(chan error, 1)
 		go func() {
@@ -158,14 +159,17 @@ func TestOnceCompletionWakesWaiters(t *testing.T) {
 			}, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 			waited <- result{ran, err, time.Now()}
 		}()
-		time.Sleep(200 * time.Millisecond) // the waiter subscribes and sleeps
+		// The waiter subscribes, makes the attempt that follows the
+		// confirmation, and sleeps.
+		waitSubscribed(t, b.client(t), plainNames(key).Channel, 1)
+		attempts.wait(t, 2)
 		completed := time.Now()
 		close(finish)
 		require.NoError(t, <-held)
 		r := <-waited
 		require.NoError(t, r.err)
 		require.False(t, r.ran)
-		require.Less(t, r.at.Sub(completed), 2*time.Second, "the waiter was not woken by the completion")
+		require.Less(t, r.at.Sub(completed), wakeBound, "the waiter was not woken by the completion")
 	})
 }
 

@@ -131,7 +131,14 @@ func TestQuorumSurvivesMinorityAndFailsClosedWithout(t *testing.T) {
 	// Two of five down: the lease goes on, others are still refused.
 	q.servers[0].Stop()
 	q.servers[1].Stop()
-	time.Sleep(500 * time.Millisecond)
+	// Renewed twice by the three that are up: the deadline moves on.
+	// (Renewals that all failed would leave it, and the 2s lease would
+	// still be alive for a while.)
+	for range 2 {
+		last := lk.Deadline()
+		eventually(t, 5*time.Second, func() bool { return lk.Deadline().After(last) },
+			"the lease was not renewed with two of five down; deadline %v", last)
+	}
 	require.NoError(t, lctx.Err())
 	_, err = newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
 	require.ErrorIs(t, err, locksmith.ErrNotObtained)

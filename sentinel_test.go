@@ -46,7 +46,13 @@ func TestSentinelLocks(t *testing.T) {
 	})
 
 	t.Run("waiter woken by release", func(t *testing.T) {
-		requireWokenByRelease(t, func() *locksmith.Locker { return newLocker(t, s.Client(t)) }, uniqueKey(t))
+		attempts := &scripts{}
+		wc := s.Client(t)
+		wc.AddHook(attempts)
+		waiter := checked(t, newLocker(t, wc), &attempts.n)
+		raw := s.Client(t)
+		requireWokenByRelease(t, newLocker(t, s.Client(t)), waiter, attempts,
+			func(ch string) { waitSubscribed(t, raw, ch, 1) }, uniqueKey(t))
 	})
 
 	t.Run("replicated", func(t *testing.T) {

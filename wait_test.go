@@ -22,34 +22,48 @@ import (
 // holder's TTL running out.
 var forever = locksmith.LinearBackoff(time.Hour)
 
+// wakeBound is how soon after a release the waiters of
+// requireWokenByRelease must have the lock: well within the two seconds
+// after which a waiter renews its handoff queue entry (an attempt, which
+// would find the lock handed to it even if no announcement came).
+const wakeBound = time.Second
+
 // requireWokenByRelease checks that a waiter whose retry strategy and
 // holder's TTL cannot wake it within the test (forever, a minute) gets the
-// lock on key when the holder releases it: only the announcement can have
-// woken it. The holder and the waiter each use a Locker from newLocker.
-func requireWokenByRelease(t *testing.T, newLocker func() *locksmith.Locker, key string) {
+// lock on key within wakeBound of the holder's release: only the
+// announcement can have woken it. The waiter's Locker has its permission
+// check behind it (see checked), and attempts counts its script calls.
+// The release comes once its Locker is subscribed (subscribed(channel)
+// waits for that) and has made the attempt that follows the
+// subscription's confirmation, so that the waiter is asleep.
+func requireWokenByRelease(t *testing.T, holder, waiter *locksmith.Locker, attempts *scripts, subscribed func(channel string), key string) {
 	t.Helper()
 	ctx := t.Context()
-	holder, err := newLocker().Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	hl, err := holder.Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
-	waiter := newLocker()
-	got := make(chan error, 1)
-	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		lk, err := waiter.Obtain(wctx, key, locksmith.WithRetry(forever))
-		if err == nil {
-			err = lk.Release(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // let the waiter subscribe
-	require.NoError(t, holder.Release(ctx))
-	require.NoError(t, <-got, "waiter for %q", key)
+	names, err := waiter.Keys(key)
+	require.NoError(t, err)
+	attempts.n.Store(0)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := obtainInBackground(wctx, waiter, nil, key, locksmith.WithRetry(forever))
+	subscribed(names.Channel)
+	attempts.wait(t, 2) // the first attempt and the one after the confirmation
+	released := time.Now()
+	require.NoError(t, hl.Release(ctx))
+	r := receive(t, got, "waiter for "+key)
+	require.NoError(t, r.err, "waiter for %q", key)
+	require.NoError(t, r.lk.Release(ctx))
+	require.Less(t, r.at.Sub(released), wakeBound, "the waiter for %q was not woken by the release", key)
 }
 
 func TestWaiterWokenByRelease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		requireWokenByRelease(t, func() *locksmith.Locker { return newLocker(t, b.client(t)) }, uniqueKey(t))
+		attempts := &scripts{}
+		waiter := checked(t, newLocker(t, b.client(t, attempts)), &attempts.n)
+		raw := b.client(t)
+		requireWokenByRelease(t, newLocker(t, b.client(t)), waiter, attempts,
+			func(ch string) { waitSubscribed(t, raw, ch, 1) }, uniqueKey(t))
 	})
 }
 
@@ -61,11 +75,11 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 		require.NoError(t, err)
 		defer holder.Release(ctx)
 
-		cnt := &counter{}
-		l := newLocker(t, b.client(t, cnt))
+		cnt, attempts := &counter{}, &scripts{}
+		l := checked(t, newLocker(t, b.client(t, cnt, attempts)), &attempts.n)
 		wctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		for range 32 {
+		wait := func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -77,12 +91,19 @@ func TestQueuedWaitersSendNothing(t *testing.T) {
 				}
 			}()
 		}
-		// Let them all queue up and the subscription settle.
-		eventually(t, 5*time.Second, func() bool { return cnt.count() >= 1 }, "no attempt")
-		time.Sleep(200 * time.Millisecond)
+		// The head settles: it is subscribed and has made the attempt
+		// that follows the confirmation. From then on this Locker sends
+		// nothing unless woken, however many goroutines join it.
+		wait()
+		waitSubscribed(t, b.client(t), plainNames(key).Channel, 1)
+		attempts.wait(t, 2)
 		settled := cnt.count()
+		for range 31 {
+			wait()
+		}
 
-		// Releases of another key, and time passing, wake nobody.
+		// Those joining, releases of another key, and time passing, wake
+		// nobody.
 		ol := newLocker(t, b.client(t))
 		for range 20 {
 			lk, err := ol.Obtain(ctx, other)
@@ -103,14 +124,18 @@ func TestNextInLineServedWhenHeadGivesUp(t *testing.T) {
 		holder, err := newLocker(t, b.client(t)).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
 		require.NoError(t, err)
 
-		l := newLocker(t, b.client(t))
+		attempts := &scripts{}
+		l := checked(t, newLocker(t, b.client(t, attempts)), &attempts.n)
 		headCtx, cancelHead := context.WithCancel(ctx)
 		headDone := make(chan error, 1)
 		go func() {
 			_, err := l.Obtain(headCtx, key, locksmith.WithRetry(forever))
 			headDone <- err
 		}()
-		time.Sleep(50 * time.Millisecond)
+		// The head is asleep: subscribed, and past the attempt after
+		// the confirmation.
+		waitSubscribed(t, b.client(t), plainNames(key).Channel, 1)
+		attempts.wait(t, 2)
 		second := make(chan error, 1)
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -121,6 +146,8 @@ func TestNextInLineServedWhenHeadGivesUp(t *testing.T) {
 			}
 			second <- err
 		}()
+		// Joining behind the head sends nothing, so nothing shows that
+		// the second waiter has; give it time to.
 		time.Sleep(50 * time.Millisecond)
 		cancelHead()
 		require.ErrorIs(t, <-headDone, context.Canceled)
@@ -247,7 +274,7 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitSubscribed(t, raw, plainNames(key).Channel, 1)
 	// Cut the waiter's subscription and release while it is down, so the
 	// announcement is lost: the waiter must still get the lock.
 	require.NoError(t, raw.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
@@ -259,9 +286,13 @@ func TestDroppedSubscriptionStrandsNoWaiter(t *testing.T) {
 // the release script, SSUBSCRIBE by the waiting Locker, for keys with and
 // without hash tags.
 func TestWaiterWokenOnCluster(t *testing.T) {
-	cc := redistest.SharedCluster(t).Client(t)
+	cl := redistest.SharedCluster(t)
+	holder := newLocker(t, cl.Client(t))
 	for _, key := range []string{uniqueKey(t), "{" + uniqueKey(t) + "}:x", uniqueKey(t) + "}"} {
-		requireWokenByRelease(t, func() *locksmith.Locker { return newLocker(t, cc) }, key)
+		attempts := &scripts{}
+		waiter := checked(t, newLocker(t, clusterClient(t, cl, attempts)), &attempts.n)
+		requireWokenByRelease(t, holder, waiter, attempts,
+			func(ch string) { waitShardSubscribed(t, cl, ch, 1) }, key)
 	}
 	// TestClusterReleaseAnnouncedBySPublish checks, on every master,
 	// that the announcements were sharded.
