@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/locksmith-go/locksmith"
-	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/faults"
 	"github.com/locksmith-go/locksmith/internal/leakcheck"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/faults"
 )
 
 // echoServer is a TCP server that sends back every byte it receives and

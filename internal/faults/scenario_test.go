@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/locksmith-go/locksmith"
-	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/faults"
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 

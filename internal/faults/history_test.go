@@ -13,7 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/faults"
 )
 
 // goodHistory is a clean handover on key "k": A holds fence 10 and

@@ -2,8 +2,8 @@
 // locks against real redis-server processes while the network, the server
 // and the lock holders misbehave, and check the recorded history.
 //
-// The package's exported code is the tests' own equipment, not part of
-// locksmith's API, and may change at any time:
+// It is internal: its exported code is the tests' own equipment, not part
+// of locksmith's API:
 //
 //   - Proxy, a TCP proxy on the loopback interface that can delay,
 //     blackhole and reset the connections between clients and Redis;
@@ -15,11 +15,11 @@
 // The suite runs on Linux only: it stops and kills helper processes with
 // signals and shares CLOCK_MONOTONIC between processes. Run it with
 //
-//	go test -race ./faults
+//	go test -race ./internal/faults
 //
 // and the longer randomised soak with
 //
-//	go test -v ./faults -run Soak -soak=2m [-seed=N] [-histories=DIR]
+//	go test -v ./internal/faults -run Soak -soak=2m [-seed=N] [-histories=DIR]
 //
 // See docs/guarantees.md for what each test demonstrates.
 package faults

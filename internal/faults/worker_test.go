@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/locksmith-go/locksmith"
-	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/faults"
 )
 
 // A writer writes to the fenced store: a *faults.Store in the test

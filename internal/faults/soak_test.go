@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/locksmith-go/locksmith/faults"
+	"github.com/locksmith-go/locksmith/internal/faults"
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
