@@ -2,6 +2,7 @@ package locksmith_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -516,4 +517,58 @@ func TestClusterMultiKeyScriptsDuringMigration(t *testing.T) {
 	_, err = once.Once(ctx, onceKey, func(context.Context) error { return nil },
 		locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
 	require.NoError(t, err)
+}
+
+// TestClusterOneSubscriptionPerShard: a Locker waiting on keys of every
+// shard holds one pub/sub connection per master, not one per key.
+func TestClusterOneSubscriptionPerShard(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	ctx := t.Context()
+	holder := newLocker(t, cl.Client(t))
+	opt := cl.Options()
+	opt.ClientName = strings.ReplaceAll(uniqueKey(t), ":", "-")
+	cc := redis.NewClusterClient(opt)
+	t.Cleanup(func() { _ = cc.Close() })
+	waiter := newLocker(t, cc, locksmith.WithRetry(locksmith.LinearBackoff(time.Minute)))
+
+	const keys = 24
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	owners := make(map[string]bool)
+	for i := range keys {
+		key := fmt.Sprintf("%s:%d", uniqueKey(t), i)
+		lk, err := holder.Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = lk.Release(context.Background()) })
+		owner, err := cl.KeyOwner(ctx, key)
+		require.NoError(t, err)
+		owners[owner.Addr] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = waiter.Obtain(wctx, key)
+		}()
+		k, err := waiter.Keys(key)
+		require.NoError(t, err)
+		waitShardSubscribed(t, cl, k.Channel, 1)
+	}
+	require.Len(t, owners, 3, "the keys do not cover every shard: the test shows nothing")
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	total := 0
+	for _, m := range masters {
+		list, err := m.Client(t).ClientList(ctx).Result()
+		require.NoError(t, err)
+		n := 0
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, "name="+opt.ClientName+" ") && strings.Contains(line, "ssub=") && !strings.Contains(line, "ssub=0") {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, 1, "master %s: %d pub/sub connections of one Locker", m.Addr, n)
+		total += n
+	}
+	require.Equal(t, 3, total, "one pub/sub connection per master")
 }

@@ -46,9 +46,10 @@ func isSharded(client redis.UniversalClient) bool {
 // notifier multiplexes the release announcements of one Locker's keys
 // onto pub/sub connections, and queues the Locker's waiters per key. With
 // one server (or Sentinel) all keys share one connection. On Redis
-// Cluster each key has a connection of its own to the shard that owns its
-// channel, since one connection cannot subscribe to channels of several
-// shards; the waiters of one key still share it.
+// Cluster the keys of each shard share one connection to its master,
+// since a connection can subscribe only to sharded channels of the node
+// it talks to; when a slot moves, its keys move to the connection of the
+// shard that owns it now.
 type notifier struct {
 	client  redis.UniversalClient
 	sharded bool
@@ -62,9 +63,10 @@ type notifier struct {
 
 	mu   sync.Mutex           // guards the fields below, every keyQueue and every subConn
 	keys map[string]*keyQueue // by channel
-	// shared is the one connection when not sharded; nil while no
-	// dispatcher runs.
-	shared *subConn
+	// conns are the connections, by node: "" when not sharded (there is
+	// at most one), otherwise the address of the master that owns their
+	// channels' slots (as the cluster client last knew it).
+	conns map[string]*subConn
 	// closed is set by close; no dispatcher starts after it. done is
 	// closed with it, to cut short a dispatcher's pause.
 	closed bool
@@ -87,6 +89,7 @@ type notifier struct {
 // closes it; the dispatcher does all of its I/O but the SUBSCRIBE of a key
 // added while it is up, which the caller that adds the key sends.
 type subConn struct {
+	node string               // its key in notifier.conns
 	ps   *redis.PubSub        // nil until the dispatcher has dialed it
 	keys map[string]*keyQueue // by channel: the keys it should be subscribed to
 	// up is false while the connection is known to be down; its keys are
@@ -96,8 +99,8 @@ type subConn struct {
 
 func newNotifier(client redis.UniversalClient) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue), done: make(chan struct{}),
-		ctx: ctx, cancel: cancel}
+	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue),
+		conns: make(map[string]*subConn), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // subscribeLocked adds q's channel to a connection's keys, starting a
@@ -107,8 +110,8 @@ func newNotifier(client redis.UniversalClient) *notifier {
 // confirmation, read by the dispatcher, sets q.subscribed; until then the
 // key's waiters poll. After close nothing starts, and the waiters poll
 // until they see that the Locker is closed.
-func (n *notifier) subscribeLocked(q *keyQueue) *redis.PubSub {
-	if c := n.shared; c != nil && !n.sharded {
+func (n *notifier) subscribeLocked(q *keyQueue, node string) *redis.PubSub {
+	if c := n.conns[node]; c != nil {
 		c.keys[q.channel] = q
 		q.conn = c
 		if c.up && c.ps != nil {
@@ -117,17 +120,32 @@ func (n *notifier) subscribeLocked(q *keyQueue) *redis.PubSub {
 		// Being dialed: the dispatcher subscribes every key once it is.
 		return nil
 	}
-	c := &subConn{keys: map[string]*keyQueue{q.channel: q}}
+	c := &subConn{node: node, keys: map[string]*keyQueue{q.channel: q}}
 	q.conn = c
 	if n.closed {
 		return nil
 	}
-	if !n.sharded {
-		n.shared = c
-	}
+	n.conns[node] = c
 	n.dispatchers.Add(1)
 	go n.dispatch(c)
 	return nil
+}
+
+// nodeOf returns the node whose connection carries channel: on Redis
+// Cluster the address of the master that owns its slot, as the cluster
+// client knows it (it asks the cluster only when it knows nothing yet);
+// "" elsewhere, or when the cluster cannot say, which gives the channel a
+// connection of its own until its slot is known.
+func (n *notifier) nodeOf(ctx context.Context, channel string) string {
+	cc, ok := n.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	master, err := cc.MasterForKey(ctx, channel)
+	if err != nil {
+		return ""
+	}
+	return master.Options().Addr
 }
 
 // newPubSub dials a pub/sub connection subscribed to channels. On a
@@ -135,23 +153,37 @@ func (n *notifier) subscribeLocked(q *keyQueue) *redis.PubSub {
 // which must be the one that owns the channels.
 func (n *notifier) newPubSub(channels ...string) *redis.PubSub {
 	if n.sharded {
-		return n.client.SSubscribe(n.ctx, channels...)
+		ps := n.client.SSubscribe(n.ctx, channels[0])
+		_ = n.subscribe(n.ctx, ps, channels[1:]...)
+		return ps
 	}
 	return n.client.Subscribe(n.ctx, channels...)
 }
 
+// subscribe subscribes ps to channels. On Redis Cluster each channel takes
+// a command of its own: one SSUBSCRIBE may name channels of one slot
+// only, and a shard's connection carries channels of many.
 func (n *notifier) subscribe(ctx context.Context, ps *redis.PubSub, channels ...string) error {
-	if n.sharded {
-		return ps.SSubscribe(ctx, channels...)
+	if !n.sharded {
+		return ps.Subscribe(ctx, channels...)
 	}
-	return ps.Subscribe(ctx, channels...)
+	var errs []error
+	for _, ch := range channels {
+		errs = append(errs, ps.SSubscribe(ctx, ch))
+	}
+	return errors.Join(errs...)
 }
 
+// unsubscribe is subscribe's converse.
 func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
-	if n.sharded {
-		return ps.SUnsubscribe(n.ctx, channels...)
+	if !n.sharded {
+		return ps.Unsubscribe(n.ctx, channels...)
 	}
-	return ps.Unsubscribe(n.ctx, channels...)
+	var errs []error
+	for _, ch := range channels {
+		errs = append(errs, ps.SUnsubscribe(n.ctx, ch))
+	}
+	return errors.Join(errs...)
 }
 
 // dispatch dials c and reads it until it has no keys left to watch, or
@@ -332,12 +364,50 @@ func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 	n.down(c)
 	_ = old.Close()
 	if cc, ok := n.client.(*redis.ClusterClient); ok {
-		// The slot may have moved: learn where it lives now. The reload
-		// runs in the background; until it lands, the new subscription
-		// may be refused again and replaced again.
+		// A slot may have moved: learn where it lives now, and move the
+		// keys whose slot another master owns to its connection. The
+		// reload runs in the background; until it lands, the new
+		// subscription may be refused again and replaced again.
 		cc.ReloadState(n.ctx)
+		n.rehome(c)
 	}
 	return n.connect(c)
+}
+
+// rehome moves the keys of c whose channels another node owns now to that
+// node's connection, subscribing them there.
+func (n *notifier) rehome(c *subConn) {
+	n.mu.Lock()
+	channels := make([]string, 0, len(c.keys))
+	for ch := range c.keys {
+		channels = append(channels, ch)
+	}
+	n.mu.Unlock()
+	nodes := make([]string, len(channels))
+	for i, ch := range channels {
+		nodes[i] = n.nodeOf(n.ctx, ch)
+	}
+	type subscription struct {
+		ps *redis.PubSub
+		ch string
+	}
+	var moved []subscription
+	n.mu.Lock()
+	for i, ch := range channels {
+		q := c.keys[ch]
+		if q == nil || nodes[i] == c.node {
+			continue
+		}
+		delete(c.keys, ch)
+		q.subscribed = false
+		if ps := n.subscribeLocked(q, nodes[i]); ps != nil {
+			moved = append(moved, subscription{ps, ch})
+		}
+	}
+	n.mu.Unlock()
+	for _, m := range moved {
+		_ = n.subscribe(n.ctx, m.ps, m.ch)
+	}
 }
 
 // connect dials a connection for c, subscribed to every key of c, with
@@ -351,6 +421,11 @@ func (n *notifier) connect(c *subConn) *redis.PubSub {
 		channels = append(channels, ch)
 	}
 	n.mu.Unlock()
+	if len(channels) == 0 {
+		// Every key moved to another connection.
+		n.forget(c)
+		return nil
+	}
 	ps := n.newPubSub(channels...)
 	n.mu.Lock()
 	if n.closed {
@@ -377,8 +452,8 @@ func (n *notifier) connect(c *subConn) *redis.PubSub {
 func (n *notifier) forget(c *subConn) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.shared == c {
-		n.shared = nil
+	if n.conns[c.node] == c {
+		delete(n.conns, c.node)
 	}
 	for ch, q := range c.keys {
 		if len(q.waiters) == 0 {
@@ -402,16 +477,22 @@ func (n *notifier) close() {
 	}
 	var conns []*redis.PubSub
 	seen := make(map[*subConn]bool)
-	for _, q := range n.keys {
-		for _, w := range q.waiters {
-			w.signal()
-		}
-		if c := q.conn; c != nil && !seen[c] {
+	add := func(c *subConn) {
+		if c != nil && !seen[c] {
 			seen[c] = true
 			if c.ps != nil {
 				conns = append(conns, c.ps)
 			}
 		}
+	}
+	for _, c := range n.conns {
+		add(c)
+	}
+	for _, q := range n.keys {
+		for _, w := range q.waiters {
+			w.signal()
+		}
+		add(q.conn)
 	}
 	n.mu.Unlock()
 	for _, ps := range conns {
@@ -435,8 +516,8 @@ func (n *notifier) reap(c *subConn, ps *redis.PubSub, now time.Time) bool {
 		}
 	}
 	last := len(c.keys) == 0
-	if last && n.shared == c {
-		n.shared = nil
+	if last && n.conns[c.node] == c {
+		delete(n.conns, c.node)
 	}
 	n.mu.Unlock()
 	if last {

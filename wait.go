@@ -229,6 +229,12 @@ func (n *notifier) ticket(ch string) ticket {
 // whether its attempts queue it for handoffs, and sent when its attempt
 // was sent (zero if it made none).
 func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
+	// On Redis Cluster a new key's connection is that of its shard,
+	// found before taking mu: the cluster client may have to ask.
+	var node string
+	if n.sharded && n.ticket(ch) == (ticket{}) {
+		node = n.nodeOf(ctx, ch)
+	}
 	var subscribeOn *redis.PubSub
 	n.mu.Lock()
 	defer func() {
@@ -243,10 +249,13 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 	q := n.keys[ch]
 	created := q == nil
 	if created {
+		// (If another caller's key was reaped since the ticket, node is
+		// "": the key gets the connection of unknown shards, and moves
+		// to its own shard's when that refuses it: see rehome.)
 		q = &keyQueue{channel: ch}
 		n.keys[ch] = q
 		n.active.Add(1)
-		subscribeOn = n.subscribeLocked(q)
+		subscribeOn = n.subscribeLocked(q, node)
 	}
 	if holderUntil := holderExpiry(res.holderTTL); !holderUntil.IsZero() {
 		q.holderUntil = holderUntil
