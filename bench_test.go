@@ -123,3 +123,23 @@ func obtainRelease(ctx context.Context, l *locksmith.Locker, key string) error {
 	}
 	return lk.Release(ctx)
 }
+
+// BenchmarkQuorumUncontended is Obtain + Release on a quorum of three.
+func BenchmarkQuorumUncontended(b *testing.B) {
+	var clients []redis.UniversalClient
+	for range 3 {
+		opt := redistest.New(b).Options()
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		b.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	l := newQuorumLocker(b, clients)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := obtainRelease(ctx, l, "bench:quorum"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -132,16 +132,20 @@ func (q quorumStore) majority() int { return len(q.nodes)/2 + 1 }
 func each[T any](ctx context.Context, q quorumStore, wait time.Duration, f func(context.Context, scriptStore) (T, error)) ([]T, []error) {
 	res := make([]T, len(q.nodes))
 	errs := make([]error, len(q.nodes))
+	// One deadline for all: they start together.
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	var wg sync.WaitGroup
-	for i, n := range q.nodes {
+	for i, n := range q.nodes[1:] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, wait)
-			defer cancel()
-			res[i], errs[i] = f(nctx, n)
+			res[i+1], errs[i+1] = f(ctx, n)
 		}()
 	}
+	// The first master is asked from this goroutine: one goroutine fewer
+	// to start and schedule.
+	res[0], errs[0] = f(ctx, q.nodes[0])
 	wg.Wait()
 	return res, errs
 }
