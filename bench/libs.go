@@ -61,6 +61,7 @@ func libraries(rawRetry time.Duration) []lib {
 	return []lib{
 		rawLib{retry: rawRetry},
 		locksmithLib{},
+		locksmithPerCallLib{},
 		smithQuorumLib{},
 		smithClusterLib{},
 		redislockLib{interval: 5 * time.Millisecond, why: "a tight setting"},
@@ -179,6 +180,27 @@ func (locksmithLib) newLocker(d *deployment) (locker, error) {
 	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c, smithRetry())}, nil
 }
 
+// locksmithPerCallLib is locksmith as the README's examples call it: a
+// Locker made with no options, and the TTL and retry strategy given to
+// each call.
+type locksmithPerCallLib struct{}
+
+func (locksmithPerCallLib) name() string { return "locksmith per call" }
+
+func (locksmithPerCallLib) runsOn() topology { return mainServer }
+
+func (locksmithPerCallLib) settings() string {
+	return "working tree; New(client), each call Obtain(ctx, key, WithTTL(10s), WithRetry(LinearBackoff(50ms))), as the README's examples pass options"
+}
+
+func (locksmithPerCallLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
+	if err != nil {
+		return nil, err
+	}
+	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), perCall: true}, nil
+}
+
 // smithQuorumLib is locksmith on a quorum of independent servers (Redlock):
 // NewQuorum over one client per server, each with ContextTimeoutEnabled as
 // NewQuorum's documentation asks.
@@ -239,12 +261,21 @@ func (smithClusterLib) newLocker(d *deployment) (locker, error) {
 type smithLocker struct {
 	clients []redis.UniversalClient
 	locker  *locksmith.Locker
+	perCall bool // pass the options to each call, as the README does
 }
 
 type smithHeld struct{ lk *locksmith.Lock }
 
 func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
-	lk, err := l.locker.Obtain(ctx, key)
+	var (
+		lk  *locksmith.Lock
+		err error
+	)
+	if l.perCall {
+		lk, err = l.locker.Obtain(ctx, key, locksmith.WithTTL(10*time.Second), smithRetry())
+	} else {
+		lk, err = l.locker.Obtain(ctx, key)
+	}
 	if errors.Is(err, locksmith.ErrNotObtained) {
 		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
 	}
@@ -256,9 +287,9 @@ func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
 
 func (h smithHeld) release(ctx context.Context) error { return h.lk.Release(ctx) }
 
-// close closes the clients. A Locker has nothing to close: it drops its
-// pub/sub connection by itself once no call waits.
+// close closes the Locker, then its clients.
 func (l *smithLocker) close() {
+	_ = l.locker.Close()
 	for _, c := range l.clients {
 		_ = c.Close()
 	}
