@@ -1,0 +1,356 @@
+package locksmith
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The queue of a Locker's waiters for one key: who tries, when, and what
+// an attempt or a handoff changes (see wait.go for the whole story).
+
+// keyQueue is the state of one key's waiters in one Locker.
+type keyQueue struct {
+	channel string
+	conn    *subConn  // the connection the channel is subscribed on
+	waiters []*waiter // in arrival order; waiters[0] is the head
+	// woken is the head when it has been told to try and has not yet
+	// reported back; nil otherwise.
+	woken *waiter
+	// pending records a release announced while woken was trying: if
+	// that attempt fails, the head tries again.
+	pending bool
+	// subscribed is true once the server confirmed the subscription on
+	// the current connection.
+	subscribed bool
+	// events counts the announcements and subscription confirmations
+	// received, so that a waiter can tell whether one arrived between its
+	// attempt and its joining.
+	events uint64
+	// holderUntil is when the holder's TTL runs out, as last reported by
+	// a failed attempt or a handoff (zero: unknown or never).
+	holderUntil time.Time
+	// handedTo is the last handoff announced, kept for a waiter whose
+	// attempt queued it and that joins after the handoff was heard.
+	handedTo handoff
+	// idleSince is when the last waiter left, for unsubscribing.
+	idleSince time.Time
+
+	// Fairness between Lockers. Redis sends an announcement to its
+	// subscribers one after the other, always in the same order, so
+	// the Locker that subscribed first would always try first and win.
+	// Instead, a Locker whose own waiter held the lock (ours) lets the
+	// others go first after its release, for about one round trip
+	// (notBefore), if another Locker has won the lock recently
+	// (rivalSeen). With no rival the head tries at once.
+	ours      bool
+	rivalSeen time.Time
+	notBefore time.Time // the woken head waits until then
+}
+
+// waiter is one Obtain call waiting in a queue.
+type waiter struct {
+	q *keyQueue
+	// wake asks the waiter to look at the queue again: it may have been
+	// woken to try, or become the head, or been handed the lock. It has
+	// room for one signal.
+	wake chan struct{}
+	// token is the token of every attempt of the waiter, and of its entry
+	// in the handoff queue (see handoff.go).
+	token string
+	// queue is whether the waiter's attempts queue it for handoffs.
+	queue bool
+
+	// Guarded by the notifier's mu:
+
+	// queued is set once an attempt that queues the waiter was sent: its
+	// entry may be in the handoff queue.
+	queued bool
+	// since is when the waiter's first queued attempt was sent, which
+	// precedes any handoff to it; renewAt is when its queue entry is due
+	// for renewal.
+	since, renewAt time.Time
+	// handedOver is the handoff of the lock to the waiter, once heard.
+	handedOver *handoff
+	// missed is set when an attempt found that the lock was handed to
+	// the waiter without its hearing of it: it should try.
+	missed bool
+	// done is set when the waiter leaves the queue with the lock.
+	done bool
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ticket is what a waiter knows about a key's announcements before its
+// first attempt.
+type ticket struct {
+	queued  bool   // other waiters of this Locker are already waiting
+	existed bool   // the key had a queue (and maybe a subscription)
+	events  uint64 // the queue's events by then
+}
+
+// ticket returns the state of the queue of the lock whose releases are
+// announced on ch, before an attempt.
+func (n *notifier) ticket(ch string) ticket {
+	if n.active.Load() == 0 {
+		return ticket{}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.keys[ch]
+	if q == nil {
+		return ticket{}
+	}
+	return ticket{queued: len(q.waiters) > 0, existed: true, events: q.events}
+}
+
+// join adds a waiter at the back of the queue of the lock whose releases
+// are announced on ch. t is the ticket taken
+// before the waiter's attempt, and res what that attempt learned (a
+// negative holderTTL if it made none). token is the waiter's token, queue
+// whether its attempts queue it for handoffs, and sent when its attempt
+// was sent (zero if it made none).
+func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
+	// On Redis Cluster a new key's connection is that of its shard,
+	// found before taking mu: the cluster client may have to ask.
+	var node string
+	if n.sharded && n.ticket(ch) == (ticket{}) {
+		node = n.nodeOf(ctx, ch)
+	}
+	var subscribeOn *redis.PubSub
+	n.mu.Lock()
+	defer func() {
+		n.mu.Unlock()
+		if subscribeOn != nil {
+			// On a connection that is up, outside mu: one write, bounded
+			// by ctx. A failure breaks the connection, which its
+			// dispatcher then replaces, subscribing every key.
+			_ = n.subscribe(ctx, subscribeOn, ch)
+		}
+	}()
+	q := n.keys[ch]
+	created := q == nil
+	if created {
+		// (If another caller's key was reaped since the ticket, node is
+		// "": the key gets the connection of unknown shards, and moves
+		// to its own shard's when that refuses it: see rehome.)
+		q = &keyQueue{channel: ch}
+		n.keys[ch] = q
+		n.active.Add(1)
+		subscribeOn = n.subscribeLocked(q, node)
+	}
+	if holderUntil := holderExpiry(res.holderTTL); !holderUntil.IsZero() {
+		q.holderUntil = holderUntil
+	}
+	n.heldByLocked(q, res.holder)
+	w := &waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue}
+	if queue && !sent.IsZero() {
+		w.queued, w.since, w.renewAt = true, sent, sent.Add(queueEntryRenew)
+		if q.handedTo.token == token {
+			// Handed over before the waiter joined.
+			h := q.handedTo
+			w.handedOver = &h
+			w.signal()
+		}
+	}
+	q.waiters = append(q.waiters, w)
+	// A release announced between the ticket and now may have found no
+	// waiter to wake: make up for it. (A new subscription needs nothing:
+	// its confirmation wakes the head.)
+	if !created && q.subscribed && (!t.existed || t.events != q.events) {
+		n.kickLocked(q)
+	}
+	return w
+}
+
+// kickLocked wakes the head of q to try, or, when a woken waiter is
+// already trying, records that it should try once more.
+func (n *notifier) kickLocked(q *keyQueue) {
+	switch {
+	case len(q.waiters) == 0:
+	case q.woken != nil:
+		q.pending = true
+	default:
+		q.woken = q.waiters[0]
+		q.woken.signal()
+	}
+}
+
+// plan tells waiter w what to do next: try now, or sleep until at most
+// tryAt (zero: until woken or its retry slot ends) and then try. head is
+// whether w is at the head of its queue, and so tries at the end of its
+// retry slot too.
+func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, head bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := w.q
+	switch {
+	case q.woken == w && time.Now().Before(q.notBefore):
+		return false, q.notBefore, true
+	case q.woken == w:
+		return true, time.Time{}, false
+	case w.missed:
+		w.missed = false
+		return true, time.Time{}, false
+	case q.waiters[0] != w:
+		return false, time.Time{}, false
+	case w.queue && !w.queued:
+		// A new head: queue up for the next handoff.
+		return true, time.Time{}, false
+	}
+	tryAt = q.holderUntil
+	if w.queued && (tryAt.IsZero() || w.renewAt.Before(tryAt)) {
+		tryAt = w.renewAt
+	}
+	return false, tryAt, true
+}
+
+// sending records that w is about to send an attempt.
+func (n *notifier) sending(w *waiter) {
+	if !w.queue {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !w.queued {
+		w.queued, w.since = true, time.Now()
+	}
+}
+
+// takeHandoff returns the handoff of the lock to w, if one was heard,
+// and when w's first queued attempt was sent.
+func (n *notifier) takeHandoff(w *waiter) (*handoff, time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h := w.handedOver
+	w.handedOver = nil
+	return h, w.since
+}
+
+// won reports that w got the lock, by its attempt or a handoff: it leaves
+// the queue, and its lock expires at holderUntil.
+func (n *notifier) won(w *waiter, holderUntil time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.triedLocked(w, true, holderUntil)
+	w.done = true
+	n.removeLocked(w)
+}
+
+// lost reports that w's attempt, sent at sent, found the lock taken, and
+// what it learned of the holder.
+func (n *notifier) lost(w *waiter, res acquireRes, sent time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w.queue {
+		w.renewAt = sent.Add(queueEntryRenew)
+	}
+	n.triedLocked(w, false, holderExpiry(res.holderTTL))
+	n.heldByLocked(w.q, res.holder)
+}
+
+// heldByLocked acts on an attempt's finding that holder holds q's lock:
+// if that is one of q's waiters, a handoff to it was missed (it was
+// announced while the subscription was down, or before the waiter
+// joined), and that waiter is told to try: its attempt will find its own
+// token and return the lock.
+func (n *notifier) heldByLocked(q *keyQueue, holder string) {
+	if holder == "" {
+		return
+	}
+	for _, w := range q.waiters {
+		if w.token == holder {
+			w.missed = true
+			w.signal()
+			return
+		}
+	}
+}
+
+// triedLocked records the outcome of w's attempt or handoff in its
+// queue's state: the holder's expiry, and whether the lock is this
+// Locker's now.
+func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
+	q := w.q
+	q.holderUntil = holderUntil
+	q.ours = won
+	if q.woken == w {
+		q.woken = nil
+		if !won {
+			// Woken by a release, it lost the race: to another Locker,
+			// since this one lets only its head try.
+			q.rivalSeen = time.Now()
+		}
+		if won {
+			// Announcements seen meanwhile were of releases before this
+			// acquire: nothing is free now.
+			q.pending = false
+		} else if q.pending {
+			q.pending = false
+			n.kickLocked(q)
+		}
+	}
+}
+
+// leave removes w from its queue if it is still there, passing on a wake
+// it had not used. It reports whether w must withdraw from the handoff
+// queue: it may be queued there and did not get the lock.
+func (n *notifier) leave(w *waiter) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.removeLocked(w)
+	return w.queued && !w.done
+}
+
+func (n *notifier) removeLocked(w *waiter) {
+	q := w.q
+	i := 0
+	for i < len(q.waiters) && q.waiters[i] != w {
+		i++
+	}
+	if i == len(q.waiters) {
+		return
+	}
+	copy(q.waiters[i:], q.waiters[i+1:])
+	q.waiters[len(q.waiters)-1] = nil
+	q.waiters = q.waiters[:len(q.waiters)-1]
+	if len(q.waiters) == 0 {
+		q.waiters = nil
+		q.woken, q.pending = nil, false
+		q.idleSince = time.Now()
+		return
+	}
+	if q.woken == w {
+		q.woken = nil
+		n.kickLocked(q)
+	} else if i == 0 {
+		// A new head: it sleeps on other terms.
+		q.waiters[0].signal()
+	}
+}
+
+// observe folds the duration of one attempt into the round-trip
+// estimate. The estimate follows the fastest attempts (it drops to any
+// faster one, and rises only slowly) because slow ones measure a busy
+// process or server, not the network, and a deferral that grows with them
+// would delay every handoff.
+func (n *notifier) observe(d time.Duration) {
+	old := n.rtt.Load()
+	if old == 0 || int64(d) < old {
+		n.rtt.Store(int64(d))
+		return
+	}
+	n.rtt.Store(old + (int64(d)-old)/64)
+}
+
+// roundTrip returns how long a Locker defers to its rivals after its own
+// release: about one round trip, within bounds.
+func (n *notifier) roundTrip() time.Duration {
+	return min(max(time.Duration(n.rtt.Load()), 50*time.Microsecond), 5*time.Millisecond)
+}
