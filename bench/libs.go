@@ -62,6 +62,7 @@ func libraries(rawRetry time.Duration) []lib {
 		rawLib{retry: rawRetry},
 		locksmithLib{},
 		locksmithPerCallLib{},
+		locksmithAutoLib{},
 		smithQuorumLib{},
 		smithClusterLib{},
 		redislockLib{interval: 5 * time.Millisecond, why: "a tight setting"},
@@ -199,6 +200,33 @@ func (locksmithPerCallLib) newLocker(d *deployment) (locker, error) {
 		return nil, err
 	}
 	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), perCall: true}, nil
+}
+
+// locksmithAutoLib is locksmith over go-redis's experimental
+// auto-pipelining client (Client.AutoPipeline, blocking face, default
+// options), with options per call: concurrent calls' commands, scripts
+// included, share pipelines, as rueidis does by default.
+type locksmithAutoLib struct{}
+
+func (locksmithAutoLib) name() string { return "locksmith autopipeline" }
+
+func (locksmithAutoLib) runsOn() topology { return mainServer }
+
+func (locksmithAutoLib) settings() string {
+	return "working tree; New(client.AutoPipeline()) (go-redis v9 experimental auto-pipelining, default options), options per call as in the locksmith per call row"
+}
+
+func (locksmithAutoLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
+	if err != nil {
+		return nil, err
+	}
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(ap), perCall: true}, nil
 }
 
 // smithQuorumLib is locksmith on a quorum of independent servers (Redlock):
