@@ -18,11 +18,9 @@ type Lock struct {
 	fence int64 // 0 without fencing
 	cfg   config
 
-	// ref is what the store needs to act on this lock; its keys live in
-	// keyBuf: the lock key, its handoff queue's (except on a quorum) and,
-	// with fencing, its fence counter's.
-	ref    lockRef
-	keyBuf [3]string
+	// ref is what the store needs to act on this lock: its keys, token
+	// and channel.
+	ref lockRef
 
 	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
 

@@ -160,15 +160,12 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 // newLock makes the handle of an acquisition of rkey with token.
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl}
-	lk.keyBuf[0] = rkey
-	lk.ref = lockRef{keys: lk.keyBuf[:1], lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
+	lk.ref = lockRef{key: rkey, lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
 	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
 	if l.store.queues() {
-		lk.keyBuf[1] = companion(cfg.prefix, key, queueKind)
-		lk.ref.keys = lk.keyBuf[:2]
+		lk.ref.queue = companion(cfg.prefix, key, queueKind)
 		if cfg.fencing {
-			lk.keyBuf[2] = companion(cfg.prefix, key, fenceKind)
-			lk.ref.keys = lk.keyBuf[:3]
+			lk.ref.fence = companion(cfg.prefix, key, fenceKind)
 		}
 	}
 	return lk

@@ -1,8 +1,9 @@
 -- Acquire the lock if it is free; when it is taken, queue the caller for
 -- a direct handoff (see release.lua).
--- KEYS[1]: the lock key. When queueing: KEYS[2], the handoff queue, and
--- KEYS[3], with fencing only, the fence counter; otherwise KEYS[2], with
--- fencing only, the fence counter.
+-- The keys: lock_key, the lock key; queue_key, the handoff queue, given
+-- only to queue the caller; fence_key, the fence counter, with fencing
+-- only. store.go runs this text in four variants, one per set of keys,
+-- each with its own fixed KEYS list, after a line that names them.
 -- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms. ARGV[3]: how long
 -- the fence counter lives after it was last taken, in ms, or 0 for ever.
 -- ARGV[4], optional: the caller's queue entry (see queueEntry in
@@ -29,12 +30,8 @@
 -- Redis does not undo a script that fails halfway, so what could be
 -- refused (TIME, the reads of companion keys) runs before the first write.
 local entry = ARGV[4]
-local fence_key = KEYS[2]
-if entry then
-  fence_key = KEYS[3]
-end
 local t, last_fence
-if entry or fence_key then
+if queue_key or fence_key then
   t = redis.call('time')
 end
 if fence_key then
@@ -53,8 +50,8 @@ local function next_fence()
 end
 
 local function won(fresh)
-  if entry then
-    redis.call('zrem', KEYS[2], 'a:' .. entry, 'l:' .. entry)
+  if queue_key then
+    redis.call('zrem', queue_key, 'a:' .. entry, 'l:' .. entry)
   end
   if not fence_key then
     return 0
@@ -66,23 +63,23 @@ local function won(fresh)
   return next_fence()
 end
 
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('set', lock_key, ARGV[1], 'NX', 'PX', ARGV[2]) then
   return won(true)
 end
-local holder = redis.call('get', KEYS[1])
+local holder = redis.call('get', lock_key)
 if holder == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('pexpire', lock_key, ARGV[2])
   return won(false)
 end
-if entry then
+if queue_key then
   -- The queue holds two members per entry: 'a:'..entry, scored with when
   -- it arrived (the first time, so that renewing keeps its place), and
   -- 'l:'..entry, scored with minus when it lapses. The queue key itself
   -- lapses with its newest entry.
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('zadd', KEYS[2], 'NX', now, 'a:' .. entry)
-  redis.call('zadd', KEYS[2], -(now + tonumber(ARGV[5])), 'l:' .. entry)
-  redis.call('pexpire', KEYS[2], ARGV[5])
-  return {-2 - redis.call('pttl', KEYS[1]), holder}
+  redis.call('zadd', queue_key, 'NX', now, 'a:' .. entry)
+  redis.call('zadd', queue_key, -(now + tonumber(ARGV[5])), 'l:' .. entry)
+  redis.call('pexpire', queue_key, ARGV[5])
+  return {-2 - redis.call('pttl', lock_key), holder}
 end
-return -2 - redis.call('pttl', KEYS[1])
+return -2 - redis.call('pttl', lock_key)

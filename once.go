@@ -236,7 +236,7 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 }
 
 func (s scriptStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
-	res, err := completeScript.Run(ctx, s.client, []string{ref.keys[0], doneKey}, ref.token, record, retention.Milliseconds(),
+	res, err := completeScript.Run(ctx, s.client, []string{ref.key, doneKey}, ref.token, record, retention.Milliseconds(),
 		ref.channel, s.publish()).Int64()
 	return res == 1, err
 }

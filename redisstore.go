@@ -44,17 +44,10 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 		res, acked int64
 		err        error
 	)
-	// Only a queued attempt needs the queue key: leave it out, so that on
-	// Redis Cluster the script has no key that does not exist, which
-	// would have it refused (TRYAGAIN) while the slot migrates.
-	if req.fenced() {
-		req.keys = []string{req.keys[0], req.keys[2]}
-	} else {
-		req.keys = req.keys[:1]
-	}
 	switch {
 	case req.replicas == 0:
-		res, err = obtainScript.Run(ctx, s.client, req.keys, req.token, req.ttlMS, req.fenceTTLMS).Int64()
+		script, keys := obtainCall(&req.lockRef, false)
+		res, err = script.Run(ctx, s.client, keys, req.token, req.ttlMS, req.fenceTTLMS).Int64()
 	default:
 		res, acked, err = s.acquireReplicated(ctx, req)
 	}
@@ -71,10 +64,11 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 // handoff when the lock is taken.
 func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquireRes, error) {
 	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
-	c, err := s.queueClient(ctx, req.keys[0])
+	c, err := s.queueClient(ctx, req.key)
 	var v any
 	if err == nil {
-		v, err = obtainScript.Run(ctx, c, req.keys, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS).Result()
+		script, keys := obtainCall(&req.lockRef, true)
+		v, err = script.Run(ctx, c, keys, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS).Result()
 	}
 	if s.sharded && clusterRefused(err) {
 		// Try without queueing, through the cluster client.
@@ -116,7 +110,7 @@ func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRe
 	case !errors.Is(err, redis.Nil):
 		return acquireRes{}, err
 	}
-	holder, err := s.client.Get(ctx, req.keys[0]).Result()
+	holder, err := s.client.Get(ctx, req.key).Result()
 	switch {
 	case err == nil && holder == req.token:
 		return acquireRes{ok: true}, nil
@@ -132,7 +126,7 @@ func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRe
 // call (a resend whose first delivery took it) and reports the holder's
 // TTL.
 func (s scriptStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRes, error) {
-	ok, err := s.client.SetNX(ctx, req.keys[0], req.token, req.ttl).Result()
+	ok, err := s.client.SetNX(ctx, req.key, req.token, req.ttl).Result()
 	switch {
 	case err != nil:
 		return acquireRes{}, err
@@ -154,19 +148,20 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 	// not follow MOVED: during a slot's migration this fails closed).
 	var client redis.Cmdable = s.client
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		master, err := cc.MasterForKey(ctx, req.keys[0])
+		master, err := cc.MasterForKey(ctx, req.key)
 		if err != nil {
 			return 0, 0, err
 		}
 		client = master
 	}
+	script, keys := obtainCall(&req.lockRef, false)
 	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
 		pipe := client.Pipeline()
 		var acquire *redis.Cmd
 		if eval {
-			acquire = obtainScript.Eval(ctx, pipe, req.keys, req.token, req.ttlMS, req.fenceTTLMS)
+			acquire = script.Eval(ctx, pipe, keys, req.token, req.ttlMS, req.fenceTTLMS)
 		} else {
-			acquire = obtainScript.EvalSha(ctx, pipe, req.keys, req.token, req.ttlMS, req.fenceTTLMS)
+			acquire = script.EvalSha(ctx, pipe, keys, req.token, req.ttlMS, req.fenceTTLMS)
 		}
 		wait := redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
 		_ = pipe.Process(ctx, wait)
@@ -195,11 +190,11 @@ func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
 func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
 	ok, err := s.releaseQueued(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
 	var rerr redis.Error
-	if errors.As(err, &rerr) && len(ref.keys) > 1 {
+	if errors.As(err, &rerr) && ref.queue != "" {
 		// Refused, maybe on the queue (an ACL rule): still delete the
 		// lock if it is the caller's, with the script over the lock key
 		// alone; the entry lapses.
-		res, err2 := releaseLua.run(ctx, s.client, s.releaseArgs(ref, 1)).Int64()
+		res, err2 := releaseLua.run(ctx, s.client, s.releaseArgs(ref, false)).Int64()
 		return res == 1, errors.Join(err, err2)
 	}
 	return ok, err
@@ -210,26 +205,31 @@ func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bo
 // Redis Cluster refuses it, it releases the lock alone, without a handoff
 // (and without withdrawing an entry, which then lapses).
 func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, entry ...any) (bool, error) {
-	c, err := s.queueClient(ctx, ref.keys[0])
+	c, err := s.queueClient(ctx, ref.key)
 	var res int64
 	if err == nil {
-		res, err = releaseLua.run(ctx, c, s.releaseArgs(ref, len(ref.keys), entry...)).Int64()
+		res, err = releaseLua.run(ctx, c, s.releaseArgs(ref, true, entry...)).Int64()
 	}
 	if s.sharded && clusterRefused(err) {
-		res, err = releaseLua.run(ctx, s.client, s.releaseArgs(ref, 1)).Int64()
+		res, err = releaseLua.run(ctx, s.client, s.releaseArgs(ref, false)).Int64()
 	}
 	return res == 1, err
 }
 
-// releaseArgs lays out the release script's arguments for run, over the
-// first n keys of ref, with entry after them if given.
-func (s scriptStore) releaseArgs(ref lockRef, n int, entry ...any) []any {
-	args := make([]any, 3, 3+n+4+len(entry))
-	args[2] = n
-	args = append(args, ref.lockKey)
-	for _, k := range ref.keys[1:n] {
-		args = append(args, k)
+// releaseArgs lays out the release script's arguments for run: its KEYS
+// are the lock key and, when companions is set, the handoff queue and the
+// fence counter (those the lock has: release.lua takes them in that
+// order, each optional after the one before); entry, if given, follows.
+func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
+	args := make([]any, 4, 3+3+4+len(entry))
+	args[3] = ref.lockKey
+	if companions && ref.queue != "" {
+		args = append(args, ref.queue)
+		if ref.fence != "" {
+			args = append(args, ref.fence)
+		}
 	}
+	args[2] = len(args) - 3
 	args = append(args, ref.token, ref.channel, s.publish(), ref.fenceTTLMS)
 	return append(args, entry...)
 }

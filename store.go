@@ -15,12 +15,11 @@ import (
 // The Lua scripts run with EVALSHA, falling back to EVAL when the server
 // answers NOSCRIPT (its script cache was flushed, or it is a new primary
 // after a failover), so callers never see that error. Each script touches
-// the lock key and its companion keys (see slotKey), all passed in KEYS and
+// the lock key and its companion keys (see keys.go), all passed in KEYS and
 // all in one cluster slot, so it runs on Redis Cluster too.
 var (
 	//go:embed obtain.lua
-	obtainSrc    string
-	obtainScript = redis.NewScript(obtainSrc)
+	obtainSrc string
 
 	//go:embed release.lua
 	releaseSrc string
@@ -70,6 +69,36 @@ func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd 
 		_ = c.Process(ctx, cmd)
 	}
 	return cmd
+}
+
+// The acquire script comes in one variant per set of keys it is given, so
+// that each has a fixed KEYS list: the lock key, then the handoff queue
+// when the caller is queued, then the fence counter with fencing. A line
+// before obtain.lua's text names them. A script names only the keys it
+// needs: on Redis Cluster, a script naming a key that does not exist (the
+// queue, mostly) is refused while its slot migrates.
+var obtainScripts = [4]*redis.Script{
+	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], nil, nil\n" + obtainSrc),
+	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], nil, KEYS[2]\n" + obtainSrc),
+	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], KEYS[2], nil\n" + obtainSrc),
+	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], KEYS[2], KEYS[3]\n" + obtainSrc),
+}
+
+// obtainCall returns the acquire script for an attempt on ref, queued or
+// not, and the keys to give it.
+func obtainCall(ref *lockRef, queued bool) (*redis.Script, []string) {
+	keys := make([]string, 1, 3)
+	keys[0] = ref.key
+	variant := 0
+	if queued {
+		keys = append(keys, ref.queue)
+		variant += 2
+	}
+	if ref.fenced() {
+		keys = append(keys, ref.fence)
+		variant++
+	}
+	return obtainScripts[variant], keys
 }
 
 // pttlNotHeld is what pttl.lua returns when the caller does not hold the lock.
@@ -125,14 +154,17 @@ const (
 	callInspect                 // Inspect
 )
 
-// lockRef names one acquisition of a lock to a store: keys[0] is the lock
-// key, keys[1], when present, its handoff queue (see handoff.go), and
-// keys[2], when present, its fence counter; token is the value that marks
-// this acquisition. The token and the lock key (lockKey) are kept as
-// interface values because go-redis takes arguments as such: converting
-// once per lock, not once per command, saves an allocation per command.
+// lockRef names one acquisition of a lock to a store: its lock key, its
+// handoff queue (see handoff.go), and its fence counter; token is the value
+// that marks this acquisition. The token and the lock key (lockKey) are
+// also kept as interface values because go-redis takes arguments as such:
+// converting once per lock, not once per command, saves an allocation per
+// command.
 type lockRef struct {
-	keys    []string
+	key   string // the lock key
+	queue string // its handoff queue; "" where waiters are not queued (a quorum)
+	fence string // its fence counter; "" without fencing
+
 	lockKey any
 	token   any
 	// channel is the channel on which the release is announced (a
@@ -143,14 +175,13 @@ type lockRef struct {
 }
 
 // fenced reports whether the lock takes fencing tokens.
-func (r *lockRef) fenced() bool { return len(r.keys) > 2 }
+func (r *lockRef) fenced() bool { return r.fence != "" }
 
-// acquireReq is one attempt to take a lock: set keys[0] to token with the
-// TTL if it is free (or already holds token), then, if keys[2] is present,
-// take the next fencing token from that counter, and, if replicas is not
-// zero, wait up to replicaWait for that many replicas to acknowledge. When
-// queue is set and the lock is taken, the caller is queued in keys[1] for
-// a handoff.
+// acquireReq is one attempt to take a lock: set the lock key to token with
+// the TTL if it is free (or already holds token), then, with fencing, take
+// the next fencing token from the counter, and, if replicas is not zero,
+// wait up to replicaWait for that many replicas to acknowledge. When queue
+// is set and the lock is taken, the caller is queued in the handoff queue.
 type acquireReq struct {
 	lockRef
 	ttl         time.Duration
@@ -172,9 +203,9 @@ const (
 	// scripted runs the acquire script: one round trip that reports the
 	// holder's TTL when the lock is taken.
 	scripted acquireMode = iota
-	// plainOnce sends SET NX PX GET: one round trip that tells a resend
-	// of this very call from another holder, but not the holder's TTL;
-	// for callers that will not wait.
+	// plainOnce sends SET NX PX and, when the key is taken, GET, which
+	// tells a resend of this very call from another holder, but not the
+	// holder's TTL; for callers that will not wait.
 	plainOnce
 	// plainFirst sends SET NX PX and, when the key is taken, the script:
 	// one cheap round trip for a free lock, two for a taken one; for the
