@@ -121,7 +121,12 @@ func TestSentinelFailover(t *testing.T) {
 	// Guaranteed: the replicated lock survived, and its lease with it.
 	_, err = others.Obtain(ctx, replicatedKey)
 	require.ErrorIs(t, err, locksmith.ErrNotObtained, "a lock acknowledged by the replica must survive its promotion")
-	time.Sleep(600 * time.Millisecond) // a couple of renewals on the new master
+	// A couple of renewals on the new master: its Deadline moves.
+	for range 2 {
+		before := replicated.Deadline()
+		eventually(t, 5*time.Second, func() bool { return replicated.Deadline().After(before) },
+			"the replicated lock was not renewed on the new master")
+	}
 	ttl, err := replicated.TTL(ctx)
 	require.NoError(t, err, "the replicated lock must still be held")
 	require.NoError(t, replicatedLease.Err())
