@@ -1,0 +1,114 @@
+package locksmith
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// The FIFO of a key's waiters, driven by fake events: a notifier whose
+// only connection is a stand-in that is never dialed (it has no pub/sub
+// connection, so join sends nothing and starts nothing), and items fed to
+// handle as the dispatcher would.
+
+// fakeNotifier returns a notifier with a stand-in connection, and the
+// connection.
+func fakeNotifier(t *testing.T) (*notifier, *subConn) {
+	t.Helper()
+	n := newNotifier(nil)
+	c := &subConn{keys: map[string]*keyQueue{}}
+	n.conns[""] = c
+	return n, c
+}
+
+// woken reports whether w was signalled, consuming the signal.
+func woken(w *waiter) bool {
+	select {
+	case <-w.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+func joinFake(n *notifier, ch, token string) *waiter {
+	return n.join(context.Background(), ch, ticket{}, acquireRes{holderTTL: -1}, token, false, time.Time{})
+}
+
+func TestQueueWakesOnlyTheHead(t *testing.T) {
+	n, c := fakeNotifier(t)
+	const ch = "c"
+	w1, w2, w3 := joinFake(n, ch, "t1"), joinFake(n, ch, "t2"), joinFake(n, ch, "t3")
+	require.Equal(t, []*waiter{w1, w2, w3}, w1.q.waiters, "arrival order")
+	require.True(t, n.ticket(ch).queued, "a later caller queues behind them")
+
+	// The subscription's confirmation: only the head is told to try.
+	n.handle(c, &redis.Subscription{Kind: "subscribe", Channel: ch})
+	require.True(t, woken(w1))
+	require.False(t, woken(w2) || woken(w3), "the others were woken")
+	tryNow, _, _ := n.plan(w1)
+	require.True(t, tryNow, "the woken head tries")
+	for _, w := range []*waiter{w2, w3} {
+		tryNow, _, head := n.plan(w)
+		require.False(t, tryNow || head, "a waiter behind the head tries")
+	}
+
+	// An announcement while the head tries is kept for it.
+	n.handle(c, &redis.Message{Channel: ch, Payload: ""})
+	require.False(t, woken(w2) || woken(w3))
+	n.lost(w1, acquireRes{holderTTL: time.Minute}, time.Now())
+	require.True(t, woken(w1), "the release announced while the head tried makes it try again")
+	n.lost(w1, acquireRes{holderTTL: time.Minute}, time.Now())
+	tryNow, tryAt, head := n.plan(w1)
+	require.False(t, tryNow)
+	require.True(t, head)
+	require.WithinDuration(t, time.Now().Add(time.Minute), tryAt, time.Second, "the head sleeps until the holder's TTL runs out")
+
+	// The head gives up: the next in line becomes the head.
+	n.leave(w1)
+	require.True(t, woken(w2), "the new head is told")
+	require.False(t, woken(w3))
+	require.Equal(t, []*waiter{w2, w3}, w2.q.waiters)
+}
+
+func TestQueueHandoffGoesToItsWaiter(t *testing.T) {
+	n, c := fakeNotifier(t)
+	const ch = "c"
+	w1, w2 := joinFake(n, ch, "t1"), joinFake(n, ch, "t2")
+	n.handle(c, &redis.Subscription{Kind: "subscribe", Channel: ch})
+	woken(w1)
+	n.lost(w1, acquireRes{holderTTL: -1}, time.Now()) // its attempt failed
+
+	// A release hands the lock to w2 (queued in Redis by an attempt).
+	n.handle(c, &redis.Message{Channel: ch, Payload: "10000 7 t2"})
+	require.True(t, woken(w2))
+	h, _ := n.takeHandoff(w2)
+	require.NotNil(t, h)
+	require.Equal(t, handoff{token: "t2", ttl: 10 * time.Second, fence: 7}, *h)
+	h, _ = n.takeHandoff(w1)
+	require.Nil(t, h, "the handoff went to another waiter too")
+
+	// A handoff to another Locker's waiter: nobody here gets it, and the
+	// head sleeps until that holder's TTL runs out.
+	n.handle(c, &redis.Message{Channel: ch, Payload: "5000 0 someone-else"})
+	h, _ = n.takeHandoff(w1)
+	require.Nil(t, h)
+	require.False(t, woken(w1), "a handoff to someone else woke the head")
+	_, tryAt, _ := n.plan(w1)
+	require.WithinDuration(t, time.Now().Add(5*time.Second), tryAt, time.Second)
+}
+
+func TestQueueMissedHandoffIsTried(t *testing.T) {
+	n, _ := fakeNotifier(t)
+	const ch = "c"
+	w1, w2 := joinFake(n, ch, "t1"), joinFake(n, ch, "t2")
+	// w1's attempt finds that the lock holds w2's token: it was handed to
+	// w2 while the subscription was down. w2 is told to try.
+	n.lost(w1, acquireRes{holderTTL: time.Minute, holder: "t2"}, time.Now())
+	require.True(t, woken(w2))
+	tryNow, _, _ := n.plan(w2)
+	require.True(t, tryNow, "the waiter the lock was handed to tries, though not the head")
+}
