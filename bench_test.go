@@ -143,3 +143,17 @@ func BenchmarkQuorumUncontended(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkUncontendedWaiting is Obtain + Release on a free key by a
+// caller that would wait: the waiting path's first attempt.
+func BenchmarkUncontendedWaiting(b *testing.B) {
+	srv := redistest.New(b)
+	l := newLocker(b, srv.Client(b), locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := obtainRelease(ctx, l, "bench:waiting"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -126,12 +126,13 @@ func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRe
 // call (a resend whose first delivery took it) and reports the holder's
 // TTL.
 func (s scriptStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRes, error) {
-	ok, err := s.client.SetNX(ctx, req.key, req.token, req.ttl).Result()
-	switch {
-	case err != nil:
-		return acquireRes{}, err
-	case ok:
+	cmd := redis.NewStatusCmd(ctx, "set", req.lockKey, req.token, "px", req.ttlMS, "nx")
+	_ = s.client.Process(ctx, cmd)
+	switch err := cmd.Err(); {
+	case err == nil:
 		return acquireRes{ok: true}, nil
+	case !errors.Is(err, redis.Nil):
+		return acquireRes{}, err
 	}
 	req.mode = scripted
 	return s.acquire(ctx, req)

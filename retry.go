@@ -38,14 +38,16 @@ func (noRetry) String() string              { return "NoRetry()" }
 // default.
 func NoRetry() RetryStrategy { return noRetry{} }
 
-type linearBackoff time.Duration
+// linearBackoff is a pointer, so that NewBackoff can return the strategy
+// itself (it keeps no state) without allocating on every call.
+type linearBackoff struct{ d time.Duration }
 
-func (s linearBackoff) NewBackoff() Backoff         { return s }
-func (s linearBackoff) Next() (time.Duration, bool) { return time.Duration(s), true }
+func (s *linearBackoff) NewBackoff() Backoff         { return s }
+func (s *linearBackoff) Next() (time.Duration, bool) { return s.d, true }
 
-func (s linearBackoff) validate() error {
-	if time.Duration(s) < time.Millisecond {
-		return fmt.Errorf("%w: LinearBackoff interval %v is under 1ms", ErrInvalidArgument, time.Duration(s))
+func (s *linearBackoff) validate() error {
+	if s.d < time.Millisecond {
+		return fmt.Errorf("%w: LinearBackoff interval %v is under 1ms", ErrInvalidArgument, s.d)
 	}
 	return nil
 }
@@ -53,7 +55,7 @@ func (s linearBackoff) validate() error {
 // LinearBackoff returns a strategy that waits d between attempts, for as
 // long as the caller's context allows. d must be at least 1ms. Combine it
 // with LimitRetry to bound the number of attempts.
-func LinearBackoff(d time.Duration) RetryStrategy { return linearBackoff(d) }
+func LinearBackoff(d time.Duration) RetryStrategy { return &linearBackoff{d} }
 
 type exponentialBackoff struct{ min, max time.Duration }
 
