@@ -132,12 +132,15 @@ func TestStalledSubscriptionDial(t *testing.T) {
 	opt := srv.Options()
 	opt.Dialer, opt.DialTimeout, opt.ContextTimeoutEnabled = d.dial, time.Minute, true
 	client := newClient(t, opt, nil)
-	l := locksmith.New(client, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
+	// A delay longer than the wait: the context ends while the waiter
+	// sleeps, not while a command is on the wire (which would break its
+	// pooled connection, and the cleanup after it would need a dial).
+	l := locksmith.New(client, locksmith.WithRetry(locksmith.LinearBackoff(time.Minute)))
 	// Pooled connections for the locking commands, dialed before the stall.
 	warmUp(t, l)
 	d.stall.Store(true)
 
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	start := time.Now()
 	_, err = l.Obtain(wctx, key)
