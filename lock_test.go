@@ -576,3 +576,40 @@ func TestTTLTruncatedToMilliseconds(t *testing.T) {
 	require.Equal(t, 1001*time.Millisecond, m.TTL("k"))
 	require.NoError(t, lk.Release(t.Context()))
 }
+
+// TestFailedWaiterCleansUpOnce: when a waiter's attempt fails in a way that
+// may have landed, Obtain deletes its token and withdraws its entry once,
+// not a second time as it leaves the queue (which against an unreachable
+// Redis would double the time it takes to return).
+func TestFailedWaiterCleansUpOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		key := uniqueKey(t)
+		holder := newLocker(t, b.client(t))
+		lk, err := holder.Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+		defer lk.Release(ctx)
+
+		cnt, f := &counter{}, &fault{}
+		raw := b.client(t)
+		w := newLocker(t, b.client(t, cnt, f), locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		got := make(chan error, 1)
+		go func() {
+			_, err := w.Obtain(ctx, key)
+			got <- err
+		}()
+		eventually(t, 5*time.Second, func() bool { return raw.Exists(ctx, plainNames(key).Queue).Val() == 1 }, "the waiter queued")
+		cnt.reset()
+		f.failScripts.Store(true)
+		err = <-got
+		require.Error(t, err)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
+		scripts := 0
+		for _, name := range cnt.all() {
+			if name == "evalsha" || name == "eval" {
+				scripts++
+			}
+		}
+		require.Equal(t, 2, scripts, "the failed attempt and one cleanup: %v", cnt.all())
+	})
+}

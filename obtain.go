@@ -125,15 +125,17 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 	start := time.Now()
 	res, err := l.store.acquire(ctx, req)
 	if err != nil {
+		var cleaned acquireRes
 		if mayHaveLanded(err) {
 			deleteIfOwned(ctx, lk)
+			cleaned.cleaned = true
 		}
 		if ctx.Err() != nil {
 			// The caller gave up mid-call: report it as such, whatever
 			// the client made of the interrupted command.
-			return nil, acquireRes{}, notObtained(ctx, key)
+			return nil, cleaned, notObtained(ctx, key)
 		}
-		return nil, acquireRes{}, fmt.Errorf("locksmith: obtain %q: %w", key, err)
+		return nil, cleaned, fmt.Errorf("locksmith: obtain %q: %w", key, err)
 	}
 	if !res.ok {
 		return nil, res, nil
@@ -142,17 +144,17 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 	lk.deadline = start.Add(cfg.ttl - cfg.driftFor(cfg.ttl))
 	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
 		deleteIfOwned(ctx, lk)
-		return nil, acquireRes{}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
+		return nil, acquireRes{cleaned: true}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
 			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
 	}
 	if res.acked < cfg.replicas {
 		deleteIfOwned(ctx, lk)
-		return nil, acquireRes{}, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
+		return nil, acquireRes{cleaned: true}, fmt.Errorf("%w: %d of %d replicas acknowledged %q within %v; released it",
 			ErrNotReplicated, res.acked, cfg.replicas, key, cfg.replicaWait)
 	}
 	if ctx.Err() != nil {
 		deleteIfOwned(ctx, lk)
-		return nil, acquireRes{}, notObtained(ctx, key)
+		return nil, acquireRes{cleaned: true}, notObtained(ctx, key)
 	}
 	return lk, acquireRes{}, nil
 }

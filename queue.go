@@ -298,6 +298,15 @@ func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
 	}
 }
 
+// withdrawn records that w's entry in the handoff queue was withdrawn,
+// and its token deleted from the lock, by the cleanup after a failed
+// attempt.
+func (n *notifier) withdrawn(w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w.queued = false
+}
+
 // leave removes w from its queue if it is still there, passing on a wake
 // it had not used. It reports whether w must withdraw from the handoff
 // queue: it may be queued there and did not get the lock.

@@ -223,6 +223,10 @@ type acquireRes struct {
 	acked     int
 	holderTTL time.Duration
 	holder    string
+	// cleaned is set, with an error, when the attempt's token was already
+	// deleted from the lock and the queue (see deleteIfOwned), so that
+	// nothing need withdraw it again.
+	cleaned bool
 }
 
 // scriptError is the failure of a script, which may come after some of

@@ -99,6 +99,11 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 		l.notify.sending(w)
 		lk, res, err := l.tryObtain(ctx, key, rkey, cfg, scripted, w.token, w.queue)
 		if err != nil {
+			if res.cleaned {
+				// Withdrawn already: leave need not send it again (nor
+				// wait as long again for an unreachable Redis).
+				l.notify.withdrawn(w)
+			}
 			return nil, err
 		}
 		l.notify.observe(time.Since(start))
