@@ -245,6 +245,31 @@ func TestSecretsNeverPrintedDeployments(t *testing.T) {
 // give up on a connection with --dial-timeout d, on a noisy machine.
 func deadlineFor(d time.Duration) time.Duration { return 3*d + time.Second }
 
+// requireDialFailure runs status and run against url with env and the dial
+// timeout, and checks that each exits 69 within deadlineFor(dialTimeout)
+// with every text of want in its stderr.
+func requireDialFailure(t *testing.T, name string, env []string, url string, dialTimeout time.Duration, want []string) {
+	t.Helper()
+	for _, cmd := range [][]string{{"status"}, {"run", "--", "true"}} {
+		args := append([]string{cmd[0], "--redis", url, "--key", uniqueKey(t),
+			"--dial-timeout", dialTimeout.String(), "--timeout", "1s"}, cmd[1:]...)
+		began := time.Now()
+		code, _, stderr := locksmith(t, env, args...)
+		took := time.Since(began)
+		if code != 69 {
+			t.Errorf("%s: locksmith %s: exit %d, want 69; stderr %q", name, cmd[0], code, stderr)
+		}
+		if took > deadlineFor(dialTimeout) {
+			t.Errorf("%s: locksmith %s took %v to give up, want under %v", name, cmd[0], took, deadlineFor(dialTimeout))
+		}
+		for _, w := range want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: locksmith %s: stderr %q, want %q in it", name, cmd[0], stderr, w)
+			}
+		}
+	}
+}
+
 // rediss:// to a server without TLS fails within the dial timeout, rather
 // than after go-redis's retries, and says why; so does a refused
 // connection.
@@ -265,24 +290,7 @@ func TestDialFailures(t *testing.T) {
 		{"refused", "redis://" + closed, []string{"connection to " + closed + " refused"}},
 		{"rediss refused", "rediss://" + closed, []string{"connection to " + closed + " refused"}},
 	} {
-		for _, cmd := range [][]string{{"status"}, {"run", "--", "true"}} {
-			args := append([]string{cmd[0], "--redis", tc.url, "--key", uniqueKey(t),
-				"--dial-timeout", dialTimeout.String(), "--timeout", "1s"}, cmd[1:]...)
-			began := time.Now()
-			code, _, stderr := locksmith(t, nil, args...)
-			took := time.Since(began)
-			if code != 69 {
-				t.Errorf("%s: locksmith %s: exit %d, want 69; stderr %q", tc.name, cmd[0], code, stderr)
-			}
-			if took > deadlineFor(dialTimeout) {
-				t.Errorf("%s: locksmith %s took %v to give up, want under %v", tc.name, cmd[0], took, deadlineFor(dialTimeout))
-			}
-			for _, want := range tc.want {
-				if !strings.Contains(stderr, want) {
-					t.Errorf("%s: locksmith %s: stderr %q, want %q in it", tc.name, cmd[0], stderr, want)
-				}
-			}
-		}
+		requireDialFailure(t, tc.name, nil, tc.url, dialTimeout, tc.want)
 	}
 	// The plain server was not harmed by the ClientHello it got.
 	if code, _, stderr := locksmith(t, nil, "status", "--redis", "redis://"+plain.Addr, "--key", uniqueKey(t)); code != 0 {

@@ -113,23 +113,6 @@ func TestTLS(t *testing.T) {
 		{"redis to the TLS port", trusted, "redis://" + tlsAddr,
 			[]string{tlsAddr + " closed the connection before answering", "use rediss://"}},
 	} {
-		for _, cmd := range [][]string{{"status"}, {"run", "--", "true"}} {
-			args := append([]string{cmd[0], "--redis", tc.url, "--key", uniqueKey(t),
-				"--dial-timeout", dialTimeout.String(), "--timeout", "1s"}, cmd[1:]...)
-			began := time.Now()
-			code, _, stderr := locksmith(t, tc.env, args...)
-			took := time.Since(began)
-			if code != 69 {
-				t.Errorf("%s: locksmith %s: exit %d, want 69; stderr %q", tc.name, cmd[0], code, stderr)
-			}
-			if took > deadlineFor(dialTimeout) {
-				t.Errorf("%s: locksmith %s took %v to give up, want under %v", tc.name, cmd[0], took, deadlineFor(dialTimeout))
-			}
-			for _, want := range tc.want {
-				if !strings.Contains(stderr, want) {
-					t.Errorf("%s: locksmith %s: stderr %q, want %q in it", tc.name, cmd[0], stderr, want)
-				}
-			}
-		}
+		requireDialFailure(t, tc.name, tc.env, tc.url, dialTimeout, tc.want)
 	}
 }
