@@ -299,13 +299,12 @@ func TestUnderMaxmemory(t *testing.T) {
 	ran, err := l.Once(ctx, key, func(context.Context) error { fill(); return nil })
 	k, _ := l.Keys(key)
 	require.Zero(t, client.Exists(ctx, k.Lock).Val(), "the lock stayed behind")
-	if err != nil {
-		// Nothing recorded: the next fire runs it again.
-		require.Zero(t, client.Exists(ctx, k.Done).Val())
-	} else {
-		require.True(t, ran)
-		require.Equal(t, int64(1), client.Exists(ctx, k.Done).Val())
-	}
+	// The script deletes the lock first, which Redis never refuses for
+	// memory, and a script that has written may go on writing: the record
+	// is written although memory is full.
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Equal(t, int64(1), client.Exists(ctx, k.Done).Val())
 
 	other := uniqueKey(t)
 	_, err = l.Obtain(ctx, other)
