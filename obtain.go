@@ -250,10 +250,10 @@ func mayHaveLanded(err error) bool {
 	var (
 		rerr redis.Error
 		oerr *net.OpError
-		serr scriptError
+		lerr landedError
 	)
 	switch {
-	case errors.As(err, &serr):
+	case errors.As(err, &lerr):
 		return true
 	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout):
 		return false

@@ -52,7 +52,7 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 		res, acked, err = s.acquireReplicated(ctx, req)
 	}
 	if err != nil {
-		return acquireRes{}, scriptError{err}
+		return acquireRes{}, landedError{err}
 	}
 	if res < 0 {
 		return acquireRes{holderTTL: time.Duration(-2-res) * time.Millisecond}, nil
@@ -76,7 +76,7 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 		return s.acquire(ctx, req)
 	}
 	if err != nil {
-		return acquireRes{}, scriptError{err}
+		return acquireRes{}, landedError{err}
 	}
 	switch v := v.(type) {
 	case int64:
@@ -116,7 +116,7 @@ func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRe
 		return acquireRes{ok: true}, nil
 	case err != nil && !errors.Is(err, redis.Nil):
 		// The lock may be the caller's: let Obtain clean up.
-		return acquireRes{}, scriptError{err}
+		return acquireRes{}, landedError{err}
 	}
 	return acquireRes{holderTTL: -1}, nil
 }

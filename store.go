@@ -229,11 +229,13 @@ type acquireRes struct {
 	cleaned bool
 }
 
-// scriptError is the failure of a script, which may come after some of
-// its writes: Redis does not undo them (an error reply to a single
-// command, by contrast, means it did nothing).
-type scriptError struct{ err error }
+// landedError marks a failure after which the lock may hold the caller's
+// token: a script that failed after some of its writes (Redis does not
+// undo them; an error reply to a single command, by contrast, means it did
+// nothing), or a try-once SET refused as if taken whose GET, which would
+// tell a resend of the caller's own, failed.
+type landedError struct{ err error }
 
-func (e scriptError) Error() string { return e.err.Error() }
+func (e landedError) Error() string { return e.err.Error() }
 
-func (e scriptError) Unwrap() error { return e.err }
+func (e landedError) Unwrap() error { return e.err }
