@@ -378,3 +378,39 @@ func TestPermissionCheckOnQuorum(t *testing.T) {
 	}
 	require.ErrorIs(t, l.Check(ctx), locksmith.ErrNoPermission)
 }
+
+// TestPermissionCheckWithMasterDown: with a master of a quorum down, the
+// answer of the others stands, and later calls do not ask again (nor wait
+// for the down master each time).
+func TestPermissionCheckWithMasterDown(t *testing.T) {
+	cnt := &counter{}
+	var clients []redis.UniversalClient
+	var servers []*redistest.Server
+	for range 3 {
+		srv := redistest.New(t)
+		opt := srv.Options()
+		opt.ContextTimeoutEnabled, opt.MaxRetries, opt.DialTimeout = true, -1, 200*time.Millisecond
+		clients = append(clients, newClient(t, opt, []redis.Hook{cnt}))
+		servers = append(servers, srv)
+	}
+	servers[2].Stop()
+	ctx := t.Context()
+	l := newQuorumLocker(t, clients)
+	key := uniqueKey(t)
+	cycle := func() {
+		t.Helper()
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+	}
+	cycle()
+	cnt.reset()
+	cycle()
+	scripts := 0
+	for _, name := range cnt.all() {
+		if name == "evalsha" || name == "eval" {
+			scripts++
+		}
+	}
+	require.Equal(t, 3, scripts, "the second cycle sends the release to each master and no check: %v", cnt.all())
+}

@@ -65,7 +65,7 @@ func (l *Locker) verify(ctx context.Context, cfg *config, key string, extra need
 	if n&^need(l.verified.Load()) == 0 {
 		return nil
 	}
-	refused, complete, err := l.store.check(ctx, keysOf(cfg.prefix, key), n)
+	refused, err := l.store.check(ctx, keysOf(cfg.prefix, key), n)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return notObtained(ctx, key)
@@ -74,9 +74,7 @@ func (l *Locker) verify(ctx context.Context, cfg *config, key string, extra need
 	case len(refused) > 0:
 		return permissionError(refused)
 	}
-	if complete {
-		l.verified.Or(uint32(n))
-	}
+	l.verified.Or(uint32(n))
 	return nil
 }
 
@@ -112,21 +110,19 @@ func (l *Locker) Check(ctx context.Context) error {
 	if l.store.allows(&l.cfg, callOnce) == nil {
 		n |= needOnce | needInspect
 	}
-	refused, complete, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)
+	refused, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)
 	switch {
 	case err != nil:
 		return fmt.Errorf("locksmith: check the permissions: %w", err)
 	case len(refused) > 0:
 		return permissionError(refused)
 	}
-	if complete {
-		// The calls need not ask again.
-		l.verified.Or(uint32(n))
-	}
+	// The calls need not ask again.
+	l.verified.Or(uint32(n))
 	return nil
 }
 
-func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, bool, error) {
+func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
 	sub := "subscribe"
 	if s.sharded {
 		sub = "ssubscribe"
@@ -136,18 +132,17 @@ func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, bool,
 	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command") {
 		// The script itself was refused: no EVALSHA or EVAL, or no access
 		// to one of its keys.
-		return []string{fmt.Sprintf("scripts over %q and its companions (%v)", k.Lock, err)}, true, nil
+		return []string{fmt.Sprintf("scripts over %q and its companions (%v)", k.Lock, err)}, nil
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	return res, true, nil
+	return res, err
 }
 
-func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, bool, error) {
-	res, errs := each(ctx, q, maxCleanupWait, func(ctx context.Context, node scriptStore) ([]string, error) {
-		refused, _, err := node.check(ctx, k, n)
-		return refused, err
+// check asks every master, each for at most maxNodeWait, as an attempt
+// does. The answer of a majority stands: a master that did not answer
+// (down, say) is not asked again on every call until it does.
+func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
+	res, errs := each(ctx, q, maxNodeWait, func(ctx context.Context, node scriptStore) ([]string, error) {
+		return node.check(ctx, k, n)
 	})
 	var refused []string
 	failed := 0
@@ -161,7 +156,7 @@ func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, bool,
 		}
 	}
 	if failed >= q.majority() {
-		return nil, false, q.quorumError(errs)
+		return nil, q.quorumError(errs)
 	}
-	return refused, failed == 0, nil
+	return refused, nil
 }

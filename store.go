@@ -140,8 +140,8 @@ type store interface {
 	inspectStore
 	// check returns the commands that calls with needs n on the lock
 	// named by k need and the connected user may not run, changing
-	// nothing; complete is false when some server could not be asked.
-	check(ctx context.Context, k Keys, n need) (refused []string, complete bool, err error)
+	// nothing.
+	check(ctx context.Context, k Keys, n need) (refused []string, err error)
 }
 
 // callKind is the kind of call a store is asked to serve: see
