@@ -106,7 +106,8 @@ const pttlNotHeld = -3
 
 // A store runs the lock primitives against one Redis deployment. Each
 // method touches one lock (with its companion keys, in the same cluster
-// slot) in one round trip (two when the server first answers NOSCRIPT),
+// slot) in one round trip (two when the server first answers NOSCRIPT,
+// or when an attempt's plain SET finds the lock taken: see acquireMode),
 // and reports a Redis failure as an error, never as the lock being held
 // or not held. It is the seam behind which other deployments (a quorum of
 // independent servers) can stand.
