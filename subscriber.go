@@ -67,16 +67,15 @@ type notifier struct {
 	// at most one), otherwise the address of the master that owns their
 	// channels' slots (as the cluster client last knew it).
 	conns map[string]*subConn
-	// closed is set by close; no dispatcher starts after it. done is
-	// closed with it, to cut short a dispatcher's pause.
-	closed bool
-	done   chan struct{}
+	// done is closed by close, to cut short a dispatcher's pause.
+	done chan struct{}
 	// ctx is the context of the dispatchers' I/O, cancelled by close so
 	// that a dial in progress ends.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// isClosed mirrors closed, for the calls that check it without mu.
+	// isClosed is set by close, under mu: no dispatcher starts after
+	// it. Calls read it without mu.
 	isClosed atomic.Bool
 	// dispatchers counts the running dispatcher goroutines: close waits
 	// for them.
@@ -122,7 +121,7 @@ func (n *notifier) subscribeLocked(q *keyQueue, node string) *redis.PubSub {
 	}
 	c := &subConn{node: node, keys: map[string]*keyQueue{q.channel: q}}
 	q.conn = c
-	if n.closed {
+	if n.isClosed.Load() {
 		return nil
 	}
 	n.conns[node] = c
@@ -343,7 +342,7 @@ func (n *notifier) connect(c *subConn) *redis.PubSub {
 	}
 	ps := n.newPubSub(channels...)
 	n.mu.Lock()
-	if n.closed {
+	if n.isClosed.Load() {
 		n.mu.Unlock()
 		_ = ps.Close()
 		n.forget(c)
@@ -384,8 +383,7 @@ func (n *notifier) forget(c *subConn) {
 // closed. It is safe to call more than once.
 func (n *notifier) close() {
 	n.mu.Lock()
-	if !n.closed {
-		n.closed = true
+	if !n.isClosed.Load() {
 		n.isClosed.Store(true)
 		close(n.done)
 		n.cancel()
