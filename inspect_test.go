@@ -179,7 +179,7 @@ func TestInspectBadInputSendsNothing(t *testing.T) {
 	}{
 		{"empty key", newLocker(t, c), "", nil},
 		{"bad option", newLocker(t, c), "k", []locksmith.Option{locksmith.WithTTL(0)}},
-		{"nil option", newLocker(t, c), "k", []locksmith.Option{nil}},
+		{"zero option", newLocker(t, c), "k", []locksmith.Option{{}}},
 		{"bad default", newLocker(t, c, locksmith.WithTTL(0)), "k", nil},
 		{"nil client", newLocker(t, nil), "k", nil},
 	} {

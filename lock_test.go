@@ -516,7 +516,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 		{"zero TTL", good, "k", []locksmith.Option{locksmith.WithTTL(0)}},
 		{"negative TTL", good, "k", []locksmith.Option{locksmith.WithTTL(-time.Second)}},
 		{"TTL under 1ms", good, "k", []locksmith.Option{locksmith.WithTTL(999 * time.Microsecond)}},
-		{"nil option", good, "k", []locksmith.Option{nil}},
+		{"zero option", good, "k", []locksmith.Option{{}}},
 		{"nil retry", good, "k", []locksmith.Option{locksmith.WithRetry(nil)}},
 		{"zero linear", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LinearBackoff(0))}},
 		{"negative linear", good, "k", []locksmith.Option{locksmith.WithRetry(locksmith.LinearBackoff(-time.Second))}},

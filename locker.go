@@ -30,8 +30,8 @@ const lostReleaseWait = time.Second
 // a whole process. A Locker is safe for concurrent use.
 //
 // While some of its Obtain calls wait, a Locker keeps one pub/sub
-// connection open to hear of releases (on Redis Cluster, one per key
-// waited on), read by a goroutine of its own; it closes that connection,
+// connection open to hear of releases (on Redis Cluster, one per shard
+// it waits on), read by a goroutine of its own; it closes that connection,
 // and stops the goroutine, about half a second after the last wait ends.
 // Close stops them at once and waits for them: call it when the Locker is
 // no longer needed, before closing the client.
@@ -44,6 +44,8 @@ type Locker struct {
 	// verified is the union of the needs that the connected user was
 	// found to have: see verify.
 	verified atomic.Uint32
+
+	boxes msBoxes // the last per-call TTLs, ready for go-redis
 }
 
 // New returns a Locker that stores locks through client, with opts as the
@@ -68,7 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	}
 	l.store = newScriptStore(client)
 	l.notify = newNotifier(client)
-	l.err = l.cfg.apply(opts)
+	l.err = l.cfg.apply(opts, &l.boxes)
 	return l
 }
 
@@ -127,23 +129,20 @@ func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, e
 	}
 	if len(opts) == 0 {
 		if c != callLock {
-			if err := l.store.allows(&l.cfg, c); err != nil {
+			if err := l.store.allows(l.cfg.usage(c)); err != nil {
 				return config{}, err
 			}
 		}
 		return l.cfg, nil
 	}
-	// Options are applied through an interface, which makes their
-	// target escape: copy only when there are options.
-	cfg := new(config)
-	*cfg = l.cfg
-	if err := cfg.apply(opts); err != nil {
+	cfg := l.cfg
+	if err := cfg.apply(opts, &l.boxes); err != nil {
 		return config{}, err
 	}
-	if err := l.store.allows(cfg, c); err != nil {
+	if err := l.store.allows(cfg.usage(c)); err != nil {
 		return config{}, err
 	}
-	return *cfg, nil
+	return cfg, nil
 }
 
 // queues reports whether waiters with cfg are queued for handoffs (see

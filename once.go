@@ -32,13 +32,7 @@ var (
 // that call return an error matching ErrInvalidArgument, and given to New
 // it makes every call on the Locker do so.
 func WithDoneTTL(d time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: done TTL %v is under 1ms", ErrInvalidArgument, d)
-		}
-		c.doneTTL = d.Truncate(time.Millisecond)
-		return nil
-	})
+	return Option{kind: optDoneTTL, d: d}
 }
 
 // A Completion is the record Once keeps of a job that completed.

@@ -502,7 +502,7 @@ func TestOnceBadInputSendsNothing(t *testing.T) {
 		{"negative done TTL", good, "k", []locksmith.Option{locksmith.WithDoneTTL(-time.Hour)}},
 		{"done TTL under 1ms", good, "k", []locksmith.Option{locksmith.WithDoneTTL(999 * time.Microsecond)}},
 		{"bad lock option", good, "k", []locksmith.Option{locksmith.WithTTL(0)}},
-		{"nil option", good, "k", []locksmith.Option{nil}},
+		{"zero option", good, "k", []locksmith.Option{{}}},
 		{"bad default done TTL", newLocker(t, c, locksmith.WithDoneTTL(0)), "k", nil},
 		{"nil client", newLocker(t, nil), "k", nil},
 	}

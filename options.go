@@ -2,6 +2,7 @@ package locksmith
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,15 +17,99 @@ const DefaultTTL = 10 * time.Second
 // given, also those it has no use for (Completed and Inspect use only the
 // prefix).
 //
+// An Option is a small value, not a function or an interface, so that
+// passing options on every call, as the examples do, allocates nothing.
+// Make one with the With functions; the zero Option is invalid.
+//
 // An invalid option is never silently clamped: the call that uses it returns
 // an error matching ErrInvalidArgument and sends nothing to Redis.
-type Option interface {
-	apply(*config) error
+type Option struct {
+	kind  optionKind
+	d     time.Duration
+	n     int
+	s     string
+	retry RetryStrategy
 }
 
-type optionFunc func(*config) error
+// optionKind says which setting an Option carries.
+type optionKind uint8
 
-func (f optionFunc) apply(c *config) error { return f(c) }
+const (
+	optNone optionKind = iota // the zero Option
+	optTTL
+	optRetry
+	optPrefix
+	optRenewInterval
+	optDrift
+	optFencing
+	optFenceTTL
+	optReplicas
+	optDoneTTL
+)
+
+// apply applies one option to c.
+func (o Option) apply(c *config) error {
+	switch o.kind {
+	case optTTL:
+		ttl, err := checkTTL(o.d)
+		if err != nil {
+			return err
+		}
+		if ttl != c.ttl {
+			c.ttl, c.ttlMS = ttl, nil // boxed by the Locker, see msValue
+		}
+	case optRetry:
+		if o.retry == nil {
+			return fmt.Errorf("%w: retry strategy is nil", ErrInvalidArgument)
+		}
+		if v, ok := o.retry.(interface{ validate() error }); ok {
+			if err := v.validate(); err != nil {
+				return err
+			}
+		}
+		c.retry = o.retry
+	case optPrefix:
+		if err := checkPrefix(o.s); err != nil {
+			return err
+		}
+		c.prefix = o.s
+	case optRenewInterval:
+		if o.d <= 0 {
+			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalidArgument, o.d)
+		}
+		c.renewEvery = o.d
+	case optDrift:
+		if o.d < 0 {
+			return fmt.Errorf("%w: drift allowance %v is negative", ErrInvalidArgument, o.d)
+		}
+		c.drift = o.d
+	case optFencing:
+		c.fencing = true
+	case optFenceTTL:
+		if o.d < time.Millisecond {
+			return fmt.Errorf("%w: fence TTL %v is under 1ms", ErrInvalidArgument, o.d)
+		}
+		if d := o.d.Truncate(time.Millisecond); d != c.fenceTTL {
+			c.fenceTTL, c.fenceTTLMS = d, nil
+		}
+	case optReplicas:
+		if o.n < 0 {
+			return fmt.Errorf("%w: replica count %d is negative", ErrInvalidArgument, o.n)
+		}
+		if o.n > 0 && o.d < time.Millisecond {
+			return fmt.Errorf("%w: replica wait %v is under 1ms", ErrInvalidArgument, o.d)
+		}
+		c.replicas, c.replicaWait = o.n, o.d.Truncate(time.Millisecond)
+	case optDoneTTL:
+		if o.d < time.Millisecond {
+			return fmt.Errorf("%w: done TTL %v is under 1ms", ErrInvalidArgument, o.d)
+		}
+		c.doneTTL = o.d.Truncate(time.Millisecond)
+	default:
+		return fmt.Errorf("%w: the zero Option sets nothing; make options with the With functions", ErrInvalidArgument)
+	}
+	return nil
+}
 
 // config is the resolved set of options for one call. It is copied by value
 // from the Locker's defaults, so applying per-call options never changes the
@@ -64,12 +149,10 @@ func defaultConfig() config {
 		fenceTTLMS: int64(0)}
 }
 
-// apply applies opts to c and checks the result as a whole.
-func (c *config) apply(opts []Option) error {
-	for i, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: option %d is nil", ErrInvalidArgument, i)
-		}
+// apply applies opts to c and checks the result as a whole. The boxes
+// give the millisecond values that changed their interface form.
+func (c *config) apply(opts []Option, boxes *msBoxes) error {
+	for _, o := range opts {
 		if err := o.apply(c); err != nil {
 			return err
 		}
@@ -83,7 +166,37 @@ func (c *config) apply(opts []Option) error {
 	if c.replicas > 0 && c.replicaWait >= c.ttl {
 		return fmt.Errorf("%w: replica wait %v must be shorter than the TTL %v", ErrInvalidArgument, c.replicaWait, c.ttl)
 	}
+	if c.ttlMS == nil {
+		c.ttlMS = boxes.ttl.value(c.ttl)
+	}
+	if c.fenceTTLMS == nil {
+		c.fenceTTLMS = boxes.fenceTTL.value(c.fenceTTL)
+	}
 	return nil
+}
+
+// msBoxes holds a Locker's last TTLs in the form go-redis takes them.
+type msBoxes struct{ ttl, fenceTTL msBox }
+
+// An msBox converts a duration to its whole milliseconds as an interface
+// value, the form go-redis takes arguments in, and remembers the last one.
+// Converting an int64 to an interface allocates; code passes the same TTL
+// on every call, so remembering one saves that allocation on each of them.
+type msBox struct{ last atomic.Pointer[boxedMS] }
+
+type boxedMS struct {
+	ms int64
+	v  any
+}
+
+func (b *msBox) value(d time.Duration) any {
+	ms := d.Milliseconds()
+	if p := b.last.Load(); p != nil && p.ms == ms {
+		return p.v
+	}
+	p := &boxedMS{ms: ms, v: ms}
+	b.last.Store(p)
+	return p.v
 }
 
 // renewInterval returns how often a lease renews a lock of the given TTL.
@@ -120,31 +233,13 @@ func checkTTL(d time.Duration) (time.Duration, error) {
 // work that outlives it without a Lease may run concurrently with the next
 // holder's.
 func WithTTL(d time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		ttl, err := checkTTL(d)
-		if err != nil {
-			return err
-		}
-		c.ttl, c.ttlMS = ttl, ttl.Milliseconds()
-		return nil
-	})
+	return Option{kind: optTTL, d: d}
 }
 
 // WithRetry sets what Obtain does when the lock is held by someone else.
 // The default, NoRetry, fails at once with ErrNotObtained.
 func WithRetry(s RetryStrategy) Option {
-	return optionFunc(func(c *config) error {
-		if s == nil {
-			return fmt.Errorf("%w: retry strategy is nil", ErrInvalidArgument)
-		}
-		if v, ok := s.(interface{ validate() error }); ok {
-			if err := v.validate(); err != nil {
-				return err
-			}
-		}
-		c.retry = s
-		return nil
-	})
+	return Option{kind: optRetry, retry: s}
 }
 
 // WithPrefix sets a prefix prepended to every key: the lock for key k lives
@@ -154,26 +249,14 @@ func WithRetry(s RetryStrategy) Option {
 // prefix may contain braces only as a whole hash tag, such as "{app}:",
 // which puts every lock of the prefix in one Redis Cluster slot.
 func WithPrefix(prefix string) Option {
-	return optionFunc(func(c *config) error {
-		if err := checkPrefix(prefix); err != nil {
-			return err
-		}
-		c.prefix = prefix
-		return nil
-	})
+	return Option{kind: optPrefix, s: prefix}
 }
 
 // WithRenewInterval sets how often a Lease renews the lock. It must be
 // positive and shorter than the TTL; the default is a third of the TTL, which
 // leaves two more attempts before the lock expires when one renewal fails.
 func WithRenewInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalidArgument, d)
-		}
-		c.renewEvery = d
-		return nil
-	})
+	return Option{kind: optRenewInterval, d: d}
 }
 
 // WithDrift sets the clock-drift allowance: how much shorter than the TTL
@@ -182,13 +265,7 @@ func WithRenewInterval(d time.Duration) Option {
 // most half the TTL. It must not be negative and must be shorter than the
 // TTL.
 func WithDrift(d time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("%w: drift allowance %v is negative", ErrInvalidArgument, d)
-		}
-		c.drift = d
-		return nil
-	})
+	return Option{kind: optDrift, d: d}
 }
 
 // WithFencing makes Obtain give each acquisition a fencing token, returned
@@ -206,10 +283,7 @@ func WithDrift(d time.Duration) Option {
 // issued (and, after a failover, on the new master's clock being no
 // earlier than the old one's).
 func WithFencing() Option {
-	return optionFunc(func(c *config) error {
-		c.fencing = true
-		return nil
-	})
+	return Option{kind: optFencing}
 }
 
 // WithFenceTTL makes a lock's fence counter (see WithFencing) expire d
@@ -221,14 +295,7 @@ func WithFencing() Option {
 // sub-millisecond parts are dropped. Without this option the counter never
 // expires.
 func WithFenceTTL(d time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: fence TTL %v is under 1ms", ErrInvalidArgument, d)
-		}
-		c.fenceTTL = d.Truncate(time.Millisecond)
-		c.fenceTTLMS = c.fenceTTL.Milliseconds()
-		return nil
-	})
+	return Option{kind: optFenceTTL, d: d}
 }
 
 // WithReplicas makes Obtain wait, after taking the lock and in the same
@@ -243,14 +310,5 @@ func WithFenceTTL(d time.Duration) Option {
 // While a replica lags, every attempt, successful or not, may wait up to
 // timeout.
 func WithReplicas(n int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("%w: replica count %d is negative", ErrInvalidArgument, n)
-		}
-		if n > 0 && timeout < time.Millisecond {
-			return fmt.Errorf("%w: replica wait %v is under 1ms", ErrInvalidArgument, timeout)
-		}
-		c.replicas, c.replicaWait = n, timeout.Truncate(time.Millisecond)
-		return nil
-	})
+	return Option{kind: optReplicas, n: n, d: timeout}
 }

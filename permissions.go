@@ -102,12 +102,12 @@ func (l *Locker) Check(ctx context.Context) error {
 		return err
 	}
 	n := l.needs(&l.cfg, needAnnounce)
-	fenced := l.cfg
+	fenced := l.cfg.usage(callLock)
 	fenced.fencing = true
-	if l.store.allows(&fenced, callLock) == nil {
+	if l.store.allows(fenced) == nil {
 		n |= needFence
 	}
-	if l.store.allows(&l.cfg, callOnce) == nil {
+	if l.store.allows(l.cfg.usage(callOnce)) == nil {
 		n |= needOnce | needInspect
 	}
 	refused, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)

@@ -72,23 +72,23 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 	}
 	l.store = q
 	l.notify = newNotifier(clients[0])
-	if l.err = l.cfg.apply(opts); l.err == nil {
-		l.err = q.allows(&l.cfg, callLock)
+	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
+		l.err = q.allows(l.cfg.usage(callLock))
 	}
 	return l
 }
 
 // allows refuses what a quorum cannot honour: fencing, replicas, and the
 // records of Once and Inspect.
-func (q quorumStore) allows(cfg *config, c callKind) error {
+func (q quorumStore) allows(u usage) error {
 	switch {
-	case cfg.fencing:
+	case u.fencing:
 		return fmt.Errorf("%w: WithFencing on a quorum of masters: independent counters cannot give strictly increasing tokens", ErrInvalidArgument)
-	case cfg.replicas > 0:
+	case u.replicas > 0:
 		return fmt.Errorf("%w: WithReplicas on a quorum of masters: each master stands alone", ErrInvalidArgument)
-	case c == callOnce:
+	case u.kind == callOnce:
 		return fmt.Errorf("%w: Once and Completed on a quorum of masters: a completion record on a majority cannot be written with the release in one step", ErrInvalidArgument)
-	case c == callInspect:
+	case u.kind == callInspect:
 		return fmt.Errorf("%w: Inspect on a quorum of masters: this Locker's store cannot be inspected", ErrInvalidArgument)
 	}
 	return nil

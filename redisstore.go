@@ -18,7 +18,7 @@ type scriptStore struct {
 	sharded bool // a cluster client: announce with SPUBLISH
 }
 
-func (scriptStore) allows(*config, callKind) error { return nil }
+func (scriptStore) allows(usage) error { return nil }
 
 func (scriptStore) queues() bool { return true }
 

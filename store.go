@@ -127,10 +127,10 @@ type store interface {
 	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
 	// pttl returns the lock's remaining TTL if it holds the token.
 	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
-	// allows returns nil when the deployment can serve a call of kind c
-	// with cfg, and otherwise an error matching ErrInvalidArgument that
-	// says why; nothing is sent either way.
-	allows(cfg *config, c callKind) error
+	// allows returns nil when the deployment can serve a call u, and
+	// otherwise an error matching ErrInvalidArgument that says why;
+	// nothing is sent either way.
+	allows(u usage) error
 	// queues reports whether waiters are queued in Redis for a direct
 	// handoff (see handoff.go), which takes a queue key beside each lock.
 	queues() bool
@@ -143,6 +143,19 @@ type store interface {
 	// named by k need and the connected user may not run, changing
 	// nothing.
 	check(ctx context.Context, k Keys, n need) (refused []string, err error)
+}
+
+// usage is what a call asks of a store, for store.allows: a value, so
+// that asking does not make the call's config escape.
+type usage struct {
+	kind     callKind
+	fencing  bool
+	replicas int
+}
+
+// usage returns what a call of kind k with c asks of the store.
+func (c *config) usage(k callKind) usage {
+	return usage{kind: k, fencing: c.fencing, replicas: c.replicas}
 }
 
 // callKind is the kind of call a store is asked to serve: see

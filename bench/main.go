@@ -142,10 +142,19 @@ func run() int {
 	for _, sc := range scs {
 		results := make([]*result, len(libs))
 		for round := range o.rounds {
+			var baseRate float64
 			for i, l := range libs {
 				fmt.Fprintf(os.Stderr, "running %s, round %d/%d: %s\n", sc.id, round+1, o.rounds, l.name())
 				r := b.run(ctx, sc, l)
+				if _, ok := l.(rawLib); ok && i == 0 && r.err == nil {
+					baseRate = r.rate()
+				}
+				ratio := 0.0
+				if baseRate > 0 {
+					ratio = r.rate() / baseRate
+				}
 				results[i] = results[i].add(r)
+				results[i].roundRatios = append(results[i].roundRatios, ratio)
 				if r.err != nil || r.violations > 0 {
 					failed = true
 				}

@@ -71,7 +71,7 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 		t.header = []string{"library", "handoffs/s", "to another/s", "gap p50", "gap p99", "gap max", "p50/p99 in RTTs",
 			"requests/acq", "commands/acq", "acq/worker min/mean/max", "share per instance", "releaser again", "hold / release mean", "gave up", "errors", "violations"}
 	} else {
-		t.header = []string{"library", "cycles/s", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "gave up", "errors"}
+		t.header = []string{"library", "cycles/s", "by round vs raw", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "gave up", "errors"}
 	}
 	for _, r := range results {
 		if r.err != nil {
@@ -105,6 +105,7 @@ func cycleRow(r, base *result) []string {
 	row := []string{
 		r.lib.name(),
 		withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate)),
+		byRound(r.roundRatios),
 		withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
 		withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
 		fmtDur(maxOf(r.lat)),
@@ -295,4 +296,28 @@ func fmtInt(v float64) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// byRound summarises the per-round rate ratios to the raw baseline as
+// "median (min-max)": on a noisy machine the rounds of one run, each
+// measured right beside the baseline's, say more than the totals do.
+func byRound(ratios []float64) string {
+	var rs []float64
+	for _, r := range ratios {
+		if r > 0 {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return "-"
+	}
+	slices.Sort(rs)
+	med := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		med = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	if len(rs) == 1 {
+		return fmt.Sprintf("%.2fx", med)
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", med, rs[0], rs[len(rs)-1])
 }

@@ -86,6 +86,9 @@ type result struct {
 	firstErr string
 	// err is set when the run itself failed; the figures are then void.
 	err error
+	// roundRatios is the rate of each round over the raw baseline's rate
+	// in the same round (0 without a baseline).
+	roundRatios []float64
 }
 
 // workerStats is one worker's share of a result; merged after the run.
@@ -404,6 +407,7 @@ func (r *result) add(o *result) *result {
 	r.lat.merge(o.lat)
 	r.mallocs += o.mallocs
 	r.server.add(o.server)
+	r.roundRatios = append(r.roundRatios, o.roundRatios...)
 	for i, n := range o.perWorker {
 		if i < len(r.perWorker) {
 			r.perWorker[i] += n

@@ -75,3 +75,20 @@ func TestHistBuckets(t *testing.T) {
 		}
 	}
 }
+
+func TestByRound(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want string
+	}{
+		{nil, "-"},
+		{[]float64{0, 0}, "-"},
+		{[]float64{0.9}, "0.90x"},
+		{[]float64{1.2, 0.8, 1.0}, "1.00x (0.80-1.20)"},
+		{[]float64{1.1, 0.9, 0, 1.0, 0.95}, "0.97x (0.90-1.10)"},
+	} {
+		if got := byRound(c.in); got != c.want {
+			t.Errorf("byRound(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
