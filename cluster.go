@@ -8,8 +8,64 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis Cluster: where scripts that name a lock's handoff queue go, and
-// what a refusal while a slot moves means.
+// Redis Cluster: where keys and channels live, where scripts that name a
+// lock's handoff queue go, and what a refusal while a slot moves means.
+// This is the one place that asks what kind of client it was given.
+
+// topology is a client and, when it is a Redis Cluster client, the same
+// client as such: the store and the subscriber route by it.
+type topology struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless the client is a cluster client
+}
+
+func topologyOf(client redis.UniversalClient) topology {
+	cc, _ := client.(*redis.ClusterClient)
+	return topology{client: client, cluster: cc}
+}
+
+// sharded reports whether this is Redis Cluster, whose release
+// announcements go through sharded pub/sub.
+func (t topology) sharded() bool { return t.cluster != nil }
+
+// master returns the client of the master that owns key's slot on Redis
+// Cluster, and the client itself elsewhere.
+func (t topology) master(ctx context.Context, key string) (redis.UniversalClient, error) {
+	if t.cluster == nil {
+		return t.client, nil
+	}
+	master, err := t.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoMaster, err)
+	}
+	return master, nil
+}
+
+// nodeOf names the node that serves channel's slot: on Redis Cluster the
+// address of its master as the cluster client knows it (it asks the
+// cluster only when it knows nothing yet); "" elsewhere, or when the
+// cluster cannot say.
+func (t topology) nodeOf(ctx context.Context, channel string) string {
+	if t.cluster == nil {
+		return ""
+	}
+	master, err := t.cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return ""
+	}
+	return master.Options().Addr
+}
+
+// reload makes a cluster client learn again which master owns which slot,
+// in the background; elsewhere it does nothing. It reports whether it
+// did anything.
+func (t topology) reload(ctx context.Context) bool {
+	if t.cluster == nil {
+		return false
+	}
+	t.cluster.ReloadState(ctx)
+	return true
+}
 
 // queueClient returns the client for scripts that name a lock's handoff
 // queue: s.client, or on Redis Cluster the client of the master that owns
@@ -21,15 +77,7 @@ import (
 // and the caller falls back to a script over the lock key alone, which
 // the cluster client sends wherever the key is (see clusterRefused).
 func (s scriptStore) queueClient(ctx context.Context, key string) (redis.UniversalClient, error) {
-	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok {
-		return s.client, nil
-	}
-	master, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoMaster, err)
-	}
-	return master, nil
+	return s.master(ctx, key)
 }
 
 // errNoMaster marks a failure to find the master of a slot.

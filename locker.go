@@ -68,8 +68,9 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidArgument)
 		return l
 	}
-	l.store = newScriptStore(client)
-	l.notify = newNotifier(client)
+	t := topologyOf(client)
+	l.store = newScriptStore(t)
+	l.notify = newNotifier(t)
 	l.err = l.cfg.apply(opts, &l.boxes)
 	return l
 }

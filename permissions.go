@@ -124,7 +124,7 @@ func (l *Locker) Check(ctx context.Context) error {
 
 func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
 	sub := "subscribe"
-	if s.sharded {
+	if s.sharded() {
 		sub = "ssubscribe"
 	}
 	res, err := probeScript.Run(ctx, s.client, []string{k.Lock, k.Queue, k.Fence, k.Done},

@@ -120,7 +120,7 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 	// On Redis Cluster a new key's connection is that of its shard,
 	// found before taking mu: the cluster client may have to ask.
 	var node string
-	if n.sharded && n.ticket(ch) == (ticket{}) {
+	if n.sharded() && n.ticket(ch) == (ticket{}) {
 		node = n.nodeOf(ctx, ch)
 	}
 	var subscribeOn *redis.PubSub

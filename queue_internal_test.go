@@ -18,7 +18,7 @@ import (
 // connection.
 func fakeNotifier(t *testing.T) (*notifier, *subConn) {
 	t.Helper()
-	n := newNotifier(nil)
+	n := newNotifier(topology{})
 	c := &subConn{keys: map[string]*keyQueue{}}
 	n.conns[""] = c
 	return n, c

@@ -64,14 +64,14 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is nil", ErrInvalidArgument, i)
 			return l
 		}
-		if isSharded(c) {
+		if topologyOf(c).sharded() {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		q.nodes[i] = newScriptStore(c)
+		q.nodes[i] = newScriptStore(topologyOf(c))
 	}
 	l.store = q
-	l.notify = newNotifier(clients[0])
+	l.notify = newNotifier(topologyOf(clients[0]))
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
 		l.err = q.allows(l.cfg.usage(callLock))
 	}

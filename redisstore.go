@@ -14,16 +14,15 @@ import (
 // scriptStore is the store of a single Redis server, Sentinel group or
 // cluster, reached through one go-redis client.
 type scriptStore struct {
-	client  redis.UniversalClient
-	sharded bool // a cluster client: announce with SPUBLISH
+	topology // on Redis Cluster, announce with SPUBLISH
 }
 
 func (scriptStore) allows(usage) error { return nil }
 
 func (scriptStore) queues() bool { return true }
 
-func newScriptStore(client redis.UniversalClient) scriptStore {
-	return scriptStore{client: client, sharded: isSharded(client)}
+func newScriptStore(t topology) scriptStore {
+	return scriptStore{topology: t}
 }
 
 var _ store = scriptStore{}
@@ -70,7 +69,7 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 		script, keys := obtainCall(&req.lockRef, true)
 		v, err = script.Run(ctx, c, keys, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS).Result()
 	}
-	if s.sharded && clusterRefused(err) {
+	if s.sharded() && clusterRefused(err) {
 		// Try without queueing, through the cluster client.
 		req.queue = false
 		return s.acquire(ctx, req)
@@ -147,13 +146,9 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 	// follow the script on the same connection to the lock's master: on a
 	// cluster, the pipeline goes to that master's own client (which does
 	// not follow MOVED: during a slot's migration this fails closed).
-	var client redis.Cmdable = s.client
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		master, err := cc.MasterForKey(ctx, req.key)
-		if err != nil {
-			return 0, 0, err
-		}
-		client = master
+	client, err := s.master(ctx, req.key)
+	if err != nil {
+		return 0, 0, err
 	}
 	script, keys := obtainCall(&req.lockRef, false)
 	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
@@ -211,7 +206,7 @@ func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, entry ...an
 	if err == nil {
 		res, err = releaseLua.run(ctx, c, s.releaseArgs(ref, true, entry...)).Int64()
 	}
-	if s.sharded && clusterRefused(err) {
+	if s.sharded() && clusterRefused(err) {
 		res, err = releaseLua.run(ctx, s.client, s.releaseArgs(ref, false)).Int64()
 	}
 	return res == 1, err
@@ -239,7 +234,7 @@ func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []a
 // Cluster, whose sharded channels live in their key's slot, and PUBLISH
 // elsewhere.
 func (s scriptStore) publish() any {
-	if s.sharded {
+	if s.sharded() {
 		return spublishCmd
 	}
 	return publishCmd

@@ -36,13 +36,6 @@ const (
 	rivalMemory = time.Second
 )
 
-// isSharded reports whether client is a Redis Cluster client, whose
-// release announcements go through sharded pub/sub.
-func isSharded(client redis.UniversalClient) bool {
-	_, ok := client.(*redis.ClusterClient)
-	return ok
-}
-
 // notifier multiplexes the release announcements of one Locker's keys
 // onto pub/sub connections, and queues the Locker's waiters per key. With
 // one server (or Sentinel) all keys share one connection. On Redis
@@ -51,8 +44,7 @@ func isSharded(client redis.UniversalClient) bool {
 // it talks to; when a slot moves, its keys move to the connection of the
 // shard that owns it now.
 type notifier struct {
-	client  redis.UniversalClient
-	sharded bool
+	topology
 
 	// active counts the keys with a queue, so that an Obtain on a Locker
 	// that waits for nothing skips the lookup.
@@ -96,9 +88,9 @@ type subConn struct {
 	up bool
 }
 
-func newNotifier(client redis.UniversalClient) *notifier {
+func newNotifier(t topology) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &notifier{client: client, sharded: isSharded(client), keys: make(map[string]*keyQueue),
+	return &notifier{topology: t, keys: make(map[string]*keyQueue),
 		conns: make(map[string]*subConn), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
@@ -130,28 +122,11 @@ func (n *notifier) subscribeLocked(q *keyQueue, node string) *redis.PubSub {
 	return nil
 }
 
-// nodeOf returns the node whose connection carries channel: on Redis
-// Cluster the address of the master that owns its slot, as the cluster
-// client knows it (it asks the cluster only when it knows nothing yet);
-// "" elsewhere, or when the cluster cannot say, which gives the channel a
-// connection of its own until its slot is known.
-func (n *notifier) nodeOf(ctx context.Context, channel string) string {
-	cc, ok := n.client.(*redis.ClusterClient)
-	if !ok {
-		return ""
-	}
-	master, err := cc.MasterForKey(ctx, channel)
-	if err != nil {
-		return ""
-	}
-	return master.Options().Addr
-}
-
 // newPubSub dials a pub/sub connection subscribed to channels. On a
 // cluster the first command decides which node the connection talks to,
 // which must be the one that owns the channels.
 func (n *notifier) newPubSub(channels ...string) *redis.PubSub {
-	if n.sharded {
+	if n.sharded() {
 		ps := n.client.SSubscribe(n.ctx, channels[0])
 		_ = n.subscribe(n.ctx, ps, channels[1:]...)
 		return ps
@@ -163,7 +138,7 @@ func (n *notifier) newPubSub(channels ...string) *redis.PubSub {
 // a command of its own: one SSUBSCRIBE may name channels of one slot
 // only, and a shard's connection carries channels of many.
 func (n *notifier) subscribe(ctx context.Context, ps *redis.PubSub, channels ...string) error {
-	if !n.sharded {
+	if !n.sharded() {
 		return ps.Subscribe(ctx, channels...)
 	}
 	var errs []error
@@ -175,7 +150,7 @@ func (n *notifier) subscribe(ctx context.Context, ps *redis.PubSub, channels ...
 
 // unsubscribe is subscribe's converse.
 func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
-	if !n.sharded {
+	if !n.sharded() {
 		return ps.Unsubscribe(n.ctx, channels...)
 	}
 	var errs []error
@@ -277,12 +252,11 @@ func (n *notifier) down(c *subConn) {
 func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 	n.down(c)
 	_ = old.Close()
-	if cc, ok := n.client.(*redis.ClusterClient); ok {
-		// A slot may have moved: learn where it lives now, and move the
-		// keys whose slot another master owns to its connection. The
-		// reload runs in the background; until it lands, the new
-		// subscription may be refused again and replaced again.
-		cc.ReloadState(n.ctx)
+	// On Redis Cluster a slot may have moved: learn where it lives now,
+	// and move the keys whose slot another master owns to its
+	// connection. The reload runs in the background; until it lands, the
+	// new subscription may be refused again and replaced again.
+	if n.reload(n.ctx) {
 		n.rehome(c)
 	}
 	return n.connect(c)

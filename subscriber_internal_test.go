@@ -38,7 +38,7 @@ func TestCrossedUnsubscribeResubscribes(t *testing.T) {
 	ctx := t.Context()
 	client := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = client.Close() })
-	n := newNotifier(client)
+	n := newNotifier(topologyOf(client))
 	t.Cleanup(n.close)
 
 	const ch = "test:crossed"

@@ -146,9 +146,10 @@ func TestNextInLineServedWhenHeadGivesUp(t *testing.T) {
 			}
 			second <- err
 		}()
-		// Joining behind the head sends nothing, so nothing shows that
-		// the second waiter has; give it time to.
-		time.Sleep(50 * time.Millisecond)
+		// Joining behind the head sends nothing: watch the Locker's
+		// queue instead.
+		eventually(t, 5*time.Second, func() bool { return locksmith.QueuedWaiters(l, plainNames(key).Channel) == 2 },
+			"the second waiter did not queue behind the head")
 		cancelHead()
 		require.ErrorIs(t, <-headDone, context.Canceled)
 		require.NoError(t, holder.Release(ctx))
