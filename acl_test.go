@@ -2,6 +2,7 @@ package locksmith_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -413,4 +414,70 @@ func TestPermissionCheckWithMasterDown(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, scripts, "the second cycle sends the release to each master and no check: %v", cnt.all())
+}
+
+// semaphoreRule is what semaphores need beyond the lock's minimal rule,
+// from docs/acl.md.
+var semaphoreRule = []string{"+zremrangebyscore", "+zscore", "+zcard", "+zrange", "+pexpireat"}
+
+// exerciseSemaphore runs the semaphore's API as client.
+func exerciseSemaphore(t *testing.T, client, admin redis.UniversalClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	l := newLocker(t, client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second))
+	sem := l.Semaphore(key, 1)
+	p, err := sem.Acquire(ctx, locksmith.WithFencing())
+	require.NoError(t, err)
+	require.Positive(t, p.Fence())
+	ttl, err := p.TTL(ctx)
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+	require.NoError(t, p.Refresh(ctx, 6*time.Second))
+
+	// A waiter of another Locker gets the permit once it is given back.
+	other := newLocker(t, client, locksmith.WithPrefix("locksmith:"), locksmith.WithTTL(5*time.Second)).Semaphore(key, 1)
+	got := make(chan error, 1)
+	go func() {
+		got <- other.WithPermit(ctx, func(context.Context) error { return nil },
+			locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+	}()
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, <-got)
+	require.Zero(t, admin.Exists(ctx, "locksmith:"+key).Val(), "a permit is left behind")
+}
+
+func TestACLSemaphoreRule(t *testing.T) {
+	srv := redistest.New(t)
+	client, admin := aclUser(t, srv, append(slices.Clone(minimalRule), semaphoreRule...)...)
+	exerciseSemaphore(t, client, admin)
+}
+
+func TestACLSemaphoreRuleCluster(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	name := strings.ReplaceAll(uniqueKey(t), ":", "-")
+	for _, addr := range cl.Addrs() {
+		node := newClient(t, &redis.Options{Addr: addr}, nil)
+		args := append([]any{"acl", "setuser", name, "reset", "on", ">pw"}, toAny(append(slices.Clone(clusterRule), semaphoreRule...))...)
+		require.NoError(t, node.Do(t.Context(), args...).Err(), "node %s", addr)
+	}
+	opt := cl.Options()
+	opt.Username, opt.Password = name, "pw"
+	client := redis.NewClusterClient(opt)
+	t.Cleanup(func() { _ = client.Close() })
+	exerciseSemaphore(t, client, cl.Client(t))
+}
+
+// TestACLSemaphoreRefused: a user that may not run one of the
+// semaphore's commands is told so before anything is written.
+func TestACLSemaphoreRefused(t *testing.T) {
+	srv := redistest.New(t)
+	client, admin := aclUser(t, srv, append(slices.Clone(minimalRule), "+zremrangebyscore", "+zscore", "+zrange", "+pexpireat")...)
+	key := uniqueKey(t)
+	sem := newLocker(t, client, locksmith.WithPrefix("locksmith:")).Semaphore(key, 2)
+	_, err := sem.Acquire(t.Context())
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.ErrorContains(t, err, "ZCARD locksmith:"+key)
+	require.Zero(t, admin.Exists(t.Context(), "locksmith:"+key).Val())
 }

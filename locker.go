@@ -204,6 +204,13 @@ func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(
 	if err != nil {
 		return err
 	}
+	return runHeld(ctx, lk, fn, finish)
+}
+
+// runHeld runs fn under lk's lease, then releases lk (or, when fn
+// succeeded and finish is given, finishes it with finish), as WithLock
+// does.
+func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, finish func(ctx context.Context, lk *Lock) error) (err error) {
 	// The lease ends with this call even if the release fails (the lock
 	// then expires with its TTL): nothing renews a lock nobody uses.
 	leaseCtx, endLease := lk.leaseWithCancel(ctx)

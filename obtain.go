@@ -83,7 +83,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in.
 		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
-		return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
+		return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w)
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
@@ -98,7 +98,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		return lk, err
 	}
 	w := l.notify.join(ctx, ch, t, res, token, queue, start)
-	return l.wait(ctx, key, rkey, cfg, backoff, delay, w)
+	return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w)
 }
 
 // tryOnce makes one attempt that does not wait: someone else holding the
@@ -124,6 +124,13 @@ func (l *Locker) tryObtain(ctx context.Context, key, rkey string, cfg *config, m
 		mode: mode, queue: queue}
 	start := time.Now()
 	res, err := l.store.acquire(ctx, req)
+	return settle(ctx, key, cfg, lk, start, res, err)
+}
+
+// settle completes an attempt for lk whose acquire was sent at start and
+// answered res or err: it cleans up after a failure that may have landed,
+// and checks that a success is still valid and was acknowledged as asked.
+func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.Time, res acquireRes, err error) (*Lock, acquireRes, error) {
 	if err != nil {
 		var cleaned acquireRes
 		if mayHaveLanded(err) {

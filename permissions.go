@@ -20,12 +20,13 @@ var (
 type need uint32
 
 const (
-	needLock     need = 1 << iota // the lock key's commands and the scripts: every call
-	needQueue                     // the handoff queue: a Locker from New (not NewQuorum)
-	needFence                     // the fence counter: WithFencing
-	needOnce                      // the completion record: Once
-	needAnnounce                  // publishing and hearing releases: optional, waiters poll without it
-	needInspect                   // Inspect
+	needLock      need = 1 << iota // the lock key's commands and the scripts: every lock call
+	needQueue                      // the handoff queue: a Locker from New (not NewQuorum)
+	needFence                      // the fence counter: WithFencing
+	needOnce                       // the completion record: Once
+	needAnnounce                   // publishing and hearing releases: optional, waiters poll without it
+	needInspect                    // Inspect
+	needSemaphore                  // a semaphore's commands and the scripts: Semaphore calls
 )
 
 // letters returns n as probe.lua takes it.
@@ -34,7 +35,7 @@ func (n need) letters() string {
 	for _, c := range []struct {
 		n      need
 		letter byte
-	}{{needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}} {
+	}{{needLock, 'l'}, {needSemaphore, 's'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}} {
 		if n&c.n != 0 {
 			b.WriteByte(c.letter)
 		}
@@ -61,11 +62,15 @@ func (l *Locker) needs(cfg *config, extra need) need {
 // as its first Once), and nothing after. A user found lacking is asked
 // again on the next call, in case it was granted meanwhile.
 func (l *Locker) verify(ctx context.Context, cfg *config, key string, extra need) error {
-	n := l.needs(cfg, extra)
+	return l.verifyNeeds(ctx, cfg.prefix, key, l.needs(cfg, extra))
+}
+
+// verifyNeeds is verify for calls on key, under prefix, that need n.
+func (l *Locker) verifyNeeds(ctx context.Context, prefix, key string, n need) error {
 	if n&^need(l.verified.Load()) == 0 {
 		return nil
 	}
-	refused, err := l.store.check(ctx, keysOf(cfg.prefix, key), n)
+	refused, err := l.store.check(ctx, keysOf(prefix, key), n)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return notObtained(ctx, key)

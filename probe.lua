@@ -5,8 +5,9 @@
 -- ARGV[1]: the release channel. ARGV[2]: the command that announces on it
 -- (PUBLISH or SPUBLISH). ARGV[3]: the command that subscribes to it
 -- (SUBSCRIBE or SSUBSCRIBE). ARGV[4]: what to check, a letter for each
--- need: 'q' the handoff queue, 'f' fencing, 'o' completion records, 'a'
--- announcements, 'i' inspection.
+-- need: 'l' the lock key, 's' a semaphore at the lock key's name, 'q' the
+-- handoff queue, 'f' fencing, 'o' completion records, 'a' announcements,
+-- 'i' inspection. The scripts are always checked.
 -- Returns what is refused, each as "COMMAND name", or an empty list.
 -- Before Redis 7.0 there is no redis.acl_check_cmd: the script then only
 -- shows that scripts run at all.
@@ -31,12 +32,23 @@ end
 local lock = KEYS[1]
 check('evalsha', '0000000000000000000000000000000000000000', '1', lock)
 check('eval', 'return 0', '1', lock)
-check('set', lock, 'x', 'PX', '1', 'NX', 'GET')
-check('get', lock)
-check('del', lock)
-check('pexpire', lock, '1')
-check('pttl', lock)
-if needs('q') or needs('f') then
+if needs('l') then
+  check('set', lock, 'x', 'PX', '1', 'NX', 'GET')
+  check('get', lock)
+  check('del', lock)
+  check('pexpire', lock, '1')
+  check('pttl', lock)
+end
+if needs('s') then
+  check('zremrangebyscore', lock, '-inf', '0')
+  check('zscore', lock, 'm')
+  check('zcard', lock)
+  check('zrange', lock, '0', '0', 'WITHSCORES')
+  check('zadd', lock, 'XX', '0', 'm')
+  check('zrem', lock, 'm')
+  check('pexpireat', lock, '1')
+end
+if needs('q') or needs('f') or needs('s') then
   check('time')
 end
 if needs('q') then

@@ -88,6 +88,8 @@ func (q quorumStore) allows(u usage) error {
 		return fmt.Errorf("%w: WithReplicas on a quorum of masters: each master stands alone", ErrInvalidArgument)
 	case u.kind == callOnce:
 		return fmt.Errorf("%w: Once and Completed on a quorum of masters: a completion record on a majority cannot be written with the release in one step", ErrInvalidArgument)
+	case u.kind == callSemaphore:
+		return fmt.Errorf("%w: a semaphore on a quorum of masters: permits counted on each master separately do not bound the holders of a majority", ErrInvalidArgument)
 	case u.kind == callInspect:
 		return fmt.Errorf("%w: Inspect on a quorum of masters: this Locker's store cannot be inspected", ErrInvalidArgument)
 	}
@@ -109,6 +111,13 @@ func (quorumStore) record(context.Context, string) (string, bool, error) {
 func (quorumStore) complete(context.Context, lockRef, string, string, time.Duration) (bool, error) {
 	return false, errRefusedByAllows
 }
+
+func (quorumStore) acquirePermit(context.Context, permitReq) (acquireRes, error) {
+	return acquireRes{}, errRefusedByAllows
+}
+
+// permits is never called: allows refuses semaphores first.
+func (q quorumStore) permits() holdStore { return q }
 
 func (quorumStore) inspect(context.Context, []string) (rawStatus, error) {
 	return rawStatus{}, errRefusedByAllows

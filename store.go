@@ -112,21 +112,15 @@ const pttlNotHeld = -3
 // or not held. It is the seam behind which other deployments (a quorum of
 // independent servers) can stand.
 type store interface {
+	holdStore
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
-	// release hands the lock to the first of its queued waiters, or
-	// deletes it, if it holds the token, announces which to waiters in the
-	// same step, and reports whether it did.
-	release(ctx context.Context, ref lockRef) (bool, error)
-	// withdraw is release for a queued waiter that gives up: when the
-	// lock does not hold the token (it was not handed to the waiter),
-	// it removes the waiter's queue entry, made with ttlMS.
-	withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error)
-	// refresh sets the lock's TTL if it holds the token, and reports
-	// whether it did.
-	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
-	// pttl returns the lock's remaining TTL if it holds the token.
-	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
+	// acquirePermit runs one attempt to take a permit of a semaphore, as
+	// permitReq describes; a refused attempt reports how long until the
+	// earliest permit expires as the holder's TTL.
+	acquirePermit(ctx context.Context, req permitReq) (acquireRes, error)
+	// permits returns what the handles of permits run on.
+	permits() holdStore
 	// allows returns nil when the deployment can serve a call u, and
 	// otherwise an error matching ErrInvalidArgument that says why;
 	// nothing is sent either way.
@@ -143,6 +137,24 @@ type store interface {
 	// named by k need and the connected user may not run, changing
 	// nothing.
 	check(ctx context.Context, k Keys, n need) (refused []string, err error)
+}
+
+// holdStore is what the handle of a hold (a Lock: a lock, or a permit of
+// a semaphore) runs on.
+type holdStore interface {
+	// release hands the lock to the first of its queued waiters, or
+	// deletes it, if it holds the token, announces which to waiters in the
+	// same step, and reports whether it did.
+	release(ctx context.Context, ref lockRef) (bool, error)
+	// withdraw is release for a queued waiter that gives up: when the
+	// lock does not hold the token (it was not handed to the waiter),
+	// it removes the waiter's queue entry, made with ttlMS.
+	withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error)
+	// refresh sets the lock's TTL if it holds the token, and reports
+	// whether it did.
+	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
+	// pttl returns the lock's remaining TTL if it holds the token.
+	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
 }
 
 // usage is what a call asks of a store, for store.allows: a value, so
@@ -163,9 +175,10 @@ func (c *config) usage(k callKind) usage {
 type callKind int
 
 const (
-	callLock    callKind = iota // Obtain, WithLock
-	callOnce                    // Once, Completed
-	callInspect                 // Inspect
+	callLock      callKind = iota // Obtain, WithLock
+	callOnce                      // Once, Completed
+	callInspect                   // Inspect
+	callSemaphore                 // a Semaphore's Acquire, WithPermit
 )
 
 // lockRef names one acquisition of a lock to a store: its lock key, its

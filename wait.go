@@ -47,10 +47,53 @@ import (
 // woke it sooner; a waiter behind the head lets its slots pass without
 // sending anything, since the head would have won before it.
 
-// wait makes waiter w's attempts until it obtains the lock, the strategy
-// gives up, or ctx ends. The first retry slot ends after delay.
-func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backoff Backoff, delay time.Duration, w *waiter) (*Lock, error) {
-	defer l.leave(ctx, key, rkey, cfg, w)
+// The same waiting serves semaphores (see semaphore.go), whose permits
+// are never handed over: a release announces that a permit is free, and
+// the head of each Locker's queue tries for it.
+
+// An attempter makes the attempts of one waiting call, for a lock or for a
+// permit of a semaphore.
+type attempter interface {
+	// attempt makes one attempt for w, as tryObtain does.
+	attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error)
+	// handedOver returns what a release handed to w, as h announced,
+	// counting its validity from since.
+	handedOver(ctx context.Context, w *waiter, h *handoff, since time.Time) (*Lock, error)
+	// leave takes w out of its queue as its call returns.
+	leave(ctx context.Context, w *waiter)
+	// busy is the error when the strategy gives up: what w waits for is
+	// still held by others.
+	busy() error
+}
+
+// lockAttempts are the attempts of an Obtain call on key (rkey in Redis).
+// It keeps a copy of the call's config, made only for a call that waits,
+// so that a call that does not keeps its config on the stack.
+type lockAttempts struct {
+	l         *Locker
+	key, rkey string
+	cfg       config
+}
+
+func (a *lockAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
+	return a.l.tryObtain(ctx, a.key, a.rkey, &a.cfg, scripted, w.token, w.queue)
+}
+
+func (a *lockAttempts) handedOver(ctx context.Context, w *waiter, h *handoff, since time.Time) (*Lock, error) {
+	return a.l.handedOver(ctx, a.key, a.rkey, &a.cfg, w, h, since)
+}
+
+func (a *lockAttempts) leave(ctx context.Context, w *waiter) {
+	a.l.leave(ctx, a.key, a.rkey, &a.cfg, w)
+}
+
+func (a *lockAttempts) busy() error { return heldElsewhere(a.key) }
+
+// wait makes waiter w's attempts, through a, until it obtains what it
+// waits for on key, the strategy gives up, or ctx ends. The first retry
+// slot ends after delay.
+func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Backoff, delay time.Duration, w *waiter) (*Lock, error) {
+	defer a.leave(ctx, w)
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
 	defer timer.Stop()
@@ -59,7 +102,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 			return nil, closedErr(key)
 		}
 		if h, since := l.notify.takeHandoff(w); h != nil {
-			return l.handedOver(ctx, key, rkey, cfg, w, h, since)
+			return a.handedOver(ctx, w, h, since)
 		}
 		tryNow, tryAt, head := l.notify.plan(w)
 		if !tryNow {
@@ -89,7 +132,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
-					return nil, heldElsewhere(key)
+					return nil, a.busy()
 				}
 				slotEnd = now.Add(max(d, 0))
 				continue
@@ -97,7 +140,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 		}
 		start := time.Now()
 		l.notify.sending(w)
-		lk, res, err := l.tryObtain(ctx, key, rkey, cfg, scripted, w.token, w.queue)
+		lk, res, err := a.attempt(ctx, w)
 		if err != nil {
 			if res.cleaned {
 				// Withdrawn already: leave need not send it again (nor
@@ -118,7 +161,7 @@ func (l *Locker) wait(ctx context.Context, key, rkey string, cfg *config, backof
 		if now := time.Now(); !now.Before(slotEnd) {
 			d, ok := backoff.Next()
 			if !ok {
-				return nil, heldElsewhere(key)
+				return nil, a.busy()
 			}
 			slotEnd = now.Add(max(d, 0))
 		}

@@ -1,0 +1,43 @@
+-- Take one permit of a semaphore if fewer than the caller's limit are
+-- held. The semaphore is a sorted set of its permits: each member is a
+-- holder's token, scored by when its permit expires (server time, ms).
+-- Expired permits are dropped first, so a crashed holder's permit comes
+-- back after its TTL without anyone's help, and the set's own expiry is
+-- its longest permit's, so an unused semaphore leaves nothing behind.
+-- KEYS[1]: the semaphore. KEYS[2], optional: its fence counter.
+-- ARGV[1]: the caller's token. ARGV[2]: the permit's TTL in ms. ARGV[3]:
+-- the caller's limit. ARGV[4]: how long the fence counter lives after it
+-- was last taken, in ms, or 0 for ever.
+-- Returns {1, fence} when the caller holds a permit (fence is 0 without
+-- a counter; a resend of this very call, whose first delivery took the
+-- permit, takes it again with a new fence), or {0, ms} when the limit is
+-- reached: ms until the earliest permit expires.
+--
+-- Redis does not undo a script that fails halfway: everything that can be
+-- refused (TIME, the reads) runs before the first write, and the writes
+-- that follow the first are allowed even under maxmemory.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local last_fence
+if KEYS[2] then
+  last_fence = redis.call('get', KEYS[2])
+end
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+if not redis.call('zscore', KEYS[1], ARGV[1]) and redis.call('zcard', KEYS[1]) >= tonumber(ARGV[3]) then
+  local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now}
+end
+redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local longest = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('pexpireat', KEYS[1], longest[2])
+local fence = 0
+if KEYS[2] then
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  fence = math.max(tonumber(last_fence or '0') + 1, now_us)
+  if ARGV[4] ~= '0' then
+    redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
+  else
+    redis.call('set', KEYS[2], string.format('%d', fence))
+  end
+end
+return {1, fence}

@@ -1,0 +1,90 @@
+package locksmith
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"time"
+)
+
+// The store side of semaphores (see semaphore.go): one sorted set per
+// semaphore, its permits' tokens scored by their expiry, and the scripts
+// that take, renew and give back one permit.
+
+var (
+	//go:embed permit_acquire.lua
+	permitAcquireSrc string
+	//go:embed permit_release.lua
+	permitReleaseSrc string
+	//go:embed permit_refresh.lua
+	permitRefreshSrc string
+	//go:embed permit_pttl.lua
+	permitPTTLSrc string
+
+	permitAcquireLua = newLuaScript(permitAcquireSrc)
+	permitReleaseLua = newLuaScript(permitReleaseSrc)
+	permitRefreshLua = newLuaScript(permitRefreshSrc)
+	permitPTTLLua    = newLuaScript(permitPTTLSrc)
+)
+
+// permitReq is one attempt to take a permit: add token to the semaphore
+// with the TTL if fewer than limit unexpired permits are held (or one of
+// them is token's), then, with fencing, take the next fencing token.
+type permitReq struct {
+	lockRef
+	ttlMS any // the TTL in whole milliseconds, an int64
+	limit int
+}
+
+func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
+	args := make([]any, 4, 9)
+	args[3] = req.lockKey
+	if req.fenced() {
+		args = append(args, req.fence)
+	}
+	args[2] = len(args) - 3
+	args = append(args, req.token, req.ttlMS, req.limit, req.fenceTTLMS)
+	res, err := permitAcquireLua.run(ctx, s.client, args).Int64Slice()
+	if err != nil {
+		// The script may have failed after it added the permit.
+		return acquireRes{}, landedError{err}
+	}
+	if len(res) != 2 {
+		return acquireRes{}, landedError{errBadReply}
+	}
+	if res[0] == 0 {
+		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
+	}
+	return acquireRes{ok: true, fence: res[1]}, nil
+}
+
+// errBadReply marks a script reply of the wrong shape.
+var errBadReply = errors.New("unexpected reply from the permit script")
+
+func (s scriptStore) permits() holdStore { return permitStore{s} }
+
+// permitStore runs a permit handle's operations: see holdStore.
+type permitStore struct{ s scriptStore }
+
+func (p permitStore) release(ctx context.Context, ref lockRef) (bool, error) {
+	res, err := permitReleaseLua.run(ctx, p.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ref.channel, p.s.publish()}).Int64()
+	return res == 1, err
+}
+
+// withdraw is release: a semaphore's waiters are not queued in Redis.
+func (p permitStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {
+	return p.release(ctx, ref)
+}
+
+func (p permitStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
+	res, err := permitRefreshLua.run(ctx, p.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
+	return res == 1, err
+}
+
+func (p permitStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
+	res, err := permitPTTLLua.run(ctx, p.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
+	if err != nil || res == pttlNotHeld {
+		return 0, false, err
+	}
+	return time.Duration(res) * time.Millisecond, true, nil
+}

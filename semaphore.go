@@ -1,0 +1,214 @@
+package locksmith
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// A Semaphore lets at most a fixed number of holders hold one of its
+// permits at a time, across every process that uses the same key: "at
+// most three workers call the payment API at once". Each permit is leased
+// like a lock: it has its own TTL, so the permit of a holder that crashed
+// comes back when its TTL runs out, without anyone's help, and it is held
+// through a *Lock handle with the same methods (Release, Refresh, TTL,
+// Deadline, Lease, Token, Fence).
+//
+// The permits live in one Redis sorted set at the semaphore's key (prefix
+// plus key, as for a lock), each scored by when it expires. Whether a
+// permit is free is decided atomically, in one script, by the Redis
+// server's clock: at most n unexpired permits exist at any moment, when
+// every caller passes the same n. A name is either a lock or a semaphore:
+// Obtain on a semaphore's key fails with a Redis WRONGTYPE error, and
+// Acquire on a lock's key does too.
+//
+// Waiting works as for Obtain: a release is announced on the semaphore's
+// channel, only the longest-waiting caller of each Locker tries, callers
+// of one Locker are served in arrival order, and a permit that expires
+// unannounced is noticed within the retry strategy's delay (or when the
+// earliest permit's TTL runs out, which every refused attempt reports).
+// Unlike a lock, a permit is not handed over to a waiter by the release
+// itself: the waiter that hears of it takes it, in one more round trip.
+//
+// A Semaphore is a small value that holds no state of its own; make one
+// with Locker.Semaphore wherever it is needed. Its methods are safe for
+// concurrent use.
+type Semaphore struct {
+	l     *Locker
+	key   string
+	limit int
+}
+
+// Semaphore returns the semaphore named key with n permits. Like New, it
+// never fails: an n under 1 (or an invalid key) makes every call on the
+// semaphore return an error matching ErrInvalidArgument, before sending
+// anything.
+//
+// The limit belongs to each call, not to the key: an Acquire with limit
+// n succeeds only while fewer than n unexpired permits are held, whatever
+// limits their holders used. So callers that pass different limits for
+// one key (as during a rolling change of the limit) hold at most as many
+// permits at once as the largest limit among them, and those with a
+// smaller limit wait until the count falls below theirs.
+func (l *Locker) Semaphore(key string, n int) *Semaphore {
+	return &Semaphore{l: l, key: key, limit: n}
+}
+
+// Key returns the semaphore's key, without the prefix.
+func (s *Semaphore) Key() string { return s.key }
+
+// Limit returns how many permits the semaphore's calls allow at once.
+func (s *Semaphore) Limit() int { return s.limit }
+
+// Acquire takes one of the semaphore's permits and returns its handle.
+// It takes the same options as Obtain, except WithReplicas, and behaves
+// like it: with the default NoRetry it tries once and fails with an error
+// matching ErrNotObtained when all permits are held; with a retry strategy
+// it waits as Obtain does (see Semaphore). The permit's TTL is the
+// WithTTL option's; Release gives it back, Refresh and Lease renew it,
+// and with WithFencing its Fence is larger than that of every permit of
+// the semaphore acquired before it.
+//
+// A Redis failure is returned as such, never as "all permits are held",
+// and an Acquire that fails leaves no permit behind (it removes its own,
+// in a call bounded in time, when the attempt may have reached Redis).
+func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
+	cfg, err := s.config(opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.acquire(ctx, &cfg)
+}
+
+// WithPermit runs fn while holding one of the semaphore's permits, as
+// WithLock does for a lock: it acquires a permit (waiting as the options
+// say), runs fn with a context that is cancelled if the permit is lost,
+// renews the permit while fn runs, and gives it back when fn returns or
+// panics. It returns fn's error, joined with an error matching
+// ErrLockLost when the permit was lost while fn ran.
+func (s *Semaphore) WithPermit(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+	}
+	cfg, err := s.config(opts)
+	if err != nil {
+		return err
+	}
+	lk, err := s.acquire(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	return runHeld(ctx, lk, fn, nil)
+}
+
+// config resolves the options of one call on s.
+func (s *Semaphore) config(opts []Option) (config, error) {
+	switch {
+	case s == nil || s.l == nil:
+		return config{}, fmt.Errorf("%w: a zero Semaphore; make one with Locker.Semaphore", ErrInvalidArgument)
+	case s.limit < 1:
+		return config{}, fmt.Errorf("%w: semaphore %q has limit %d; it must be at least 1", ErrInvalidArgument, s.key, s.limit)
+	}
+	cfg, err := s.l.callConfigFor(s.key, opts, callSemaphore)
+	if err != nil {
+		return config{}, err
+	}
+	if cfg.replicas > 0 {
+		return config{}, fmt.Errorf("%w: WithReplicas on semaphore %q: not supported for semaphores", ErrInvalidArgument, s.key)
+	}
+	return cfg, nil
+}
+
+func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
+	l := s.l
+	if ctx.Err() != nil {
+		return nil, notObtained(ctx, s.key)
+	}
+	if err := l.verifyNeeds(ctx, cfg.prefix, s.key, permitNeeds(cfg)); err != nil {
+		return nil, err
+	}
+	a := &permitAttempts{s: s, rkey: cfg.prefix + s.key, cfg: *cfg}
+	backoff := newBackoff(cfg.retry)
+	delay, wait := backoff.Next()
+	if !wait {
+		lk, _, err := a.try(ctx, uuid.NewString())
+		if lk == nil && err == nil {
+			err = a.busy()
+		}
+		return lk, err
+	}
+	ch := companion(cfg.prefix, s.key, releasedKind)
+	t := l.notify.ticket(ch)
+	if t.queued {
+		// Others of this Locker wait already: queue up behind them.
+		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), false, time.Time{})
+		return l.wait(ctx, s.key, a, backoff, delay, w)
+	}
+	token := uuid.NewString()
+	start := time.Now()
+	lk, res, err := a.try(ctx, token)
+	if lk != nil || err != nil {
+		return lk, err
+	}
+	w := l.notify.join(ctx, ch, t, res, token, false, start)
+	return l.wait(ctx, s.key, a, backoff, delay, w)
+}
+
+// permitNeeds returns what the calls on a semaphore with cfg need.
+func permitNeeds(cfg *config) need {
+	n := needSemaphore
+	if cfg.fencing {
+		n |= needFence
+	}
+	return n
+}
+
+// permitAttempts are the attempts of one Acquire call: its attempter.
+type permitAttempts struct {
+	s    *Semaphore
+	rkey string
+	cfg  config
+}
+
+// try makes one attempt to take a permit with token.
+func (a *permitAttempts) try(ctx context.Context, token string) (*Lock, acquireRes, error) {
+	lk := a.newPermit(token)
+	req := permitReq{lockRef: lk.ref, ttlMS: a.cfg.ttlMS, limit: a.s.limit}
+	start := time.Now()
+	res, err := a.s.l.store.acquirePermit(ctx, req)
+	return settle(ctx, a.s.key, &a.cfg, lk, start, res, err)
+}
+
+// newPermit makes the handle of a permit with token.
+func (a *permitAttempts) newPermit(token string) *Lock {
+	cfg := &a.cfg
+	lk := &Lock{store: a.s.l.store.permits(), key: a.s.key, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: token, fenceTTLMS: cfg.fenceTTLMS,
+		channel: companion(cfg.prefix, a.s.key, releasedKind)}
+	if cfg.fencing {
+		lk.ref.fence = companion(cfg.prefix, a.s.key, fenceKind)
+	}
+	return lk
+}
+
+func (a *permitAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
+	return a.try(ctx, w.token)
+}
+
+// handedOver is never called: permits are not handed over (their
+// releases announce nothing that names a waiter).
+func (a *permitAttempts) handedOver(context.Context, *waiter, *handoff, time.Time) (*Lock, error) {
+	return nil, fmt.Errorf("locksmith: semaphore %q: a permit cannot be handed over", a.s.key)
+}
+
+func (a *permitAttempts) leave(ctx context.Context, w *waiter) {
+	if a.s.l.notify.leave(w) {
+		deleteIfOwned(ctx, a.newPermit(w.token))
+	}
+}
+
+func (a *permitAttempts) busy() error {
+	return fmt.Errorf("%w: all %d permits of semaphore %q are held", ErrNotObtained, a.s.limit, a.s.key)
+}
