@@ -88,3 +88,54 @@ func (p permitStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool
 	}
 	return time.Duration(res) * time.Millisecond, true, nil
 }
+
+var (
+	//go:embed permit_inspect.lua
+	permitInspectSrc string
+	permitInspectLua = newLuaScript(permitInspectSrc)
+)
+
+// rawPermits is what a store reads for Semaphore.Inspect.
+type rawPermits struct {
+	holders  []PermitHolder
+	fence    string
+	hasFence bool
+	// listening is how many connections are subscribed to the
+	// semaphore's release channel.
+	listening int64
+}
+
+func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, error) {
+	res, err := permitInspectLua.run(ctx, s.client, []any{nil, nil, 2, k.Lock, k.Fence}).Slice()
+	if err != nil {
+		return rawPermits{}, err
+	}
+	if len(res) != 2 {
+		return rawPermits{}, errBadReply
+	}
+	var raw rawPermits
+	flat, _ := res[0].([]any)
+	for i := 0; i+1 < len(flat); i += 2 {
+		token, _ := flat[i].(string)
+		ms, _ := flat[i+1].(int64)
+		raw.holders = append(raw.holders, PermitHolder{Token: token, TTL: time.Duration(ms) * time.Millisecond})
+	}
+	raw.fence, raw.hasFence = res[1].(string)
+	raw.listening, err = s.listening(ctx, k.Channel)
+	return raw, err
+}
+
+// listening counts the connections subscribed to channel: on Redis
+// Cluster, with sharded pub/sub, as the master of its slot counts them.
+func (s scriptStore) listening(ctx context.Context, channel string) (int64, error) {
+	if !s.sharded() {
+		n, err := s.client.PubSubNumSub(ctx, channel).Result()
+		return n[channel], err
+	}
+	master, err := s.master(ctx, channel)
+	if err != nil {
+		return 0, err
+	}
+	n, err := master.PubSubShardNumSub(ctx, channel).Result()
+	return n[channel], err
+}

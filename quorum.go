@@ -116,6 +116,10 @@ func (quorumStore) acquirePermit(context.Context, permitReq) (acquireRes, error)
 	return acquireRes{}, errRefusedByAllows
 }
 
+func (quorumStore) inspectPermits(context.Context, Keys) (rawPermits, error) {
+	return rawPermits{}, errRefusedByAllows
+}
+
 // permits is never called: allows refuses semaphores first.
 func (q quorumStore) permits() holdStore { return q }
 

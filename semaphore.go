@@ -3,6 +3,7 @@ package locksmith
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -211,4 +212,55 @@ func (a *permitAttempts) leave(ctx context.Context, w *waiter) {
 
 func (a *permitAttempts) busy() error {
 	return fmt.Errorf("%w: all %d permits of semaphore %q are held", ErrNotObtained, a.s.limit, a.s.key)
+}
+
+// A SemaphoreStatus is what Redis holds for one semaphore, as
+// Semaphore.Inspect reads it.
+type SemaphoreStatus struct {
+	// Holders are the unexpired permits, the one that expires first
+	// first.
+	Holders []PermitHolder
+	// Fence is the last fencing token issued for the key (see
+	// WithFencing), or 0 when none was.
+	Fence int64
+	// Listening is how many pub/sub connections listen for the
+	// semaphore's releases: about one per Locker with Acquire calls
+	// waiting for a permit (a Locker keeps listening for half a second
+	// after its last wait). Waiters for a permit are not queued in
+	// Redis, so this is the only trace of them there.
+	Listening int
+}
+
+// A PermitHolder is one permit of a semaphore.
+type PermitHolder struct {
+	// Token is the permit's token (see Lock.Token).
+	Token string
+	// TTL is the permit's remaining time to live, by the server's clock.
+	TTL time.Duration
+}
+
+// Inspect reads the state of the semaphore, for status pages and
+// operators: who holds its permits and for how long, the last fencing
+// token issued for it, and how many Lockers listen for its releases. It
+// changes nothing and holds no permit. The permits and the fence are read
+// in one step; the listeners just after. The options are checked as for
+// Acquire, but only the prefix matters.
+func (s *Semaphore) Inspect(ctx context.Context, opts ...Option) (SemaphoreStatus, error) {
+	cfg, err := s.config(opts)
+	if err != nil {
+		return SemaphoreStatus{}, err
+	}
+	k := keysOf(cfg.prefix, s.key)
+	raw, err := s.l.store.inspectPermits(ctx, k)
+	if err != nil {
+		return SemaphoreStatus{}, fmt.Errorf("locksmith: inspect semaphore %q: %w", s.key, err)
+	}
+	st := SemaphoreStatus{Holders: raw.holders, Listening: int(raw.listening)}
+	if raw.hasFence {
+		st.Fence, err = strconv.ParseInt(raw.fence, 10, 64)
+		if err != nil {
+			return SemaphoreStatus{}, fmt.Errorf("locksmith: fence counter of %q at %q is not one WithFencing wrote: %w", s.key, k.Fence, err)
+		}
+	}
+	return st, nil
 }

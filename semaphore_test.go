@@ -440,6 +440,11 @@ func TestSemaphoreCluster(t *testing.T) {
 		got <- obtained{lk: p, err: err, at: time.Now()}
 	}()
 	waitShardSubscribed(t, cl, plainNames(key).Channel, 1)
+	st, err := sem.Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 2)
+	require.Equal(t, b.Fence(), st.Fence)
+	require.Equal(t, 1, st.Listening, "the waiter's sharded subscription")
 	released := time.Now()
 	require.NoError(t, a.Release(ctx))
 	r := <-got
@@ -467,4 +472,46 @@ func TestSemaphoreRedisDown(t *testing.T) {
 		require.Error(t, err)
 		require.False(t, ran)
 	}
+}
+
+func TestSemaphoreInspect(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	raw := srv.Client(t)
+	sem := newLocker(t, srv.Client(t)).Semaphore(key, 2)
+	st, err := sem.Inspect(ctx)
+	require.NoError(t, err)
+	require.Empty(t, st.Holders)
+	require.Zero(t, st.Fence)
+
+	long, err := sem.Acquire(ctx, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	short, err := sem.Acquire(ctx, locksmith.WithTTL(30*time.Second), locksmith.WithFencing())
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := newLocker(t, srv.Client(t)).Semaphore(key, 2).Acquire(ctx, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		waiting <- err
+	}()
+	waitSubscribed(t, raw, plainNames(key).Channel, 1)
+
+	st, err = sem.Inspect(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 2)
+	require.Equal(t, short.Token(), st.Holders[0].Token, "the permit that expires first comes first")
+	require.Equal(t, long.Token(), st.Holders[1].Token)
+	require.InDelta(t, 30, st.Holders[0].TTL.Seconds(), 5)
+	require.InDelta(t, 60, st.Holders[1].TTL.Seconds(), 5)
+	require.Equal(t, short.Fence(), st.Fence)
+	require.Equal(t, 1, st.Listening)
+
+	cancel()
+	require.ErrorIs(t, <-waiting, context.Canceled)
+	require.NoError(t, long.Release(t.Context()))
+	require.NoError(t, short.Release(t.Context()))
+	st, err = sem.Inspect(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, st.Holders)
 }

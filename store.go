@@ -121,6 +121,8 @@ type store interface {
 	acquirePermit(ctx context.Context, req permitReq) (acquireRes, error)
 	// permits returns what the handles of permits run on.
 	permits() holdStore
+	// inspectPermits reads a semaphore's state for Semaphore.Inspect.
+	inspectPermits(ctx context.Context, k Keys) (rawPermits, error)
 	// allows returns nil when the deployment can serve a call u, and
 	// otherwise an error matching ErrInvalidArgument that says why;
 	// nothing is sent either way.

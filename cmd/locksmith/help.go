@@ -116,6 +116,14 @@ once, not knowing yet whether the holder will succeed; with --wait it
 waits, and then exits 80 if the holder succeeded or runs COMMAND if it
 failed.
 
+--limit N runs COMMAND while holding one of N permits of a semaphore
+named KEY instead of the lock, so that at most N runs under KEY run at
+once (as consul lock -n does): the same exit statuses, --wait, --ttl,
+--fencing and loss handling apply, a permit being lost as a lock is. Each
+permit expires on its own, so the permit of a locksmith that died comes
+back after --ttl. A KEY is either a lock or a semaphore; --limit cannot
+be combined with --once.
+
 --fencing gives COMMAND a fencing token in LOCKSMITH_FENCE: a decimal
 integer larger than any token given to an earlier holder of KEY (compare
 them as numbers). A holder that was paused or cut off from Redis may run
@@ -188,6 +196,11 @@ waiters (run --wait, about one per process) are queued for it; the last
 fencing token issued for KEY (by run --fencing); and the record of a run
 --once under KEY that succeeded: when, by which locksmith (host:pid),
 under which token. status reads them all in one step and changes nothing.
+For a semaphore (run --limit) it shows each permit held, with its token
+and time left, and how many processes listen for its releases (waiting
+for a permit); --json then prints
+  {"key":"payments","redis_key":"locksmith:payments","kind":"semaphore",
+   "holders":[{"token":"9f...","ttl_ms":27514}],"listening":1}
 It exits 0 whether the lock is free or held, and 69 if Redis cannot be
 read or holds something at these keys that locksmith did not write.
 

@@ -67,6 +67,7 @@ type runFlags struct {
 	skipOK  bool
 	fencing bool
 	once    bool
+	limit   int // zero: a lock; otherwise a semaphore with this many permits
 	doneTTL time.Duration
 	// doneTTLSet is true when --done-ttl was given.
 	doneTTLSet bool
@@ -84,6 +85,7 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	set.BoolVar(&f.skipOK, "skip-ok", false,
 		fmt.Sprintf("exit 0, not %d, when the lock is held elsewhere (and not %d when --once finds the job done)", exitHeld, exitDone))
 	set.BoolVar(&f.fencing, "fencing", false, "take a fencing token, larger than any taken before for KEY, and pass it to COMMAND in LOCKSMITH_FENCE")
+	set.IntVar(&f.limit, "limit", 0, "hold one of `N` permits of a semaphore named KEY instead of the lock: at most N runs at once (default: a lock)")
 	set.BoolVar(&f.once, "once", false,
 		fmt.Sprintf("run COMMAND only if no run under KEY has succeeded (else exit %d), and record its success for --done-ttl", exitDone))
 	set.DurationVar(&f.doneTTL, "done-ttl", locksmith.DefaultDoneTTL, "with --once, how long a success is recorded: KEY runs again after that")
@@ -103,6 +105,10 @@ func (f *runFlags) check(command []string) error {
 		return fmt.Errorf("--wait %v is negative", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace %v is negative", f.grace)
+	case f.limit < 0:
+		return fmt.Errorf("--limit %d is negative", f.limit)
+	case f.limit > 0 && f.once:
+		return errors.New("--once takes the lock; it cannot be combined with --limit")
 	case f.doneTTLSet && !f.once:
 		return errors.New("--done-ttl needs --once")
 	case f.doneTTL < time.Millisecond:
@@ -232,9 +238,12 @@ func (r *runner) run() int {
 		return nil
 	}
 	var err error
-	if r.flags.once {
+	switch {
+	case r.flags.once:
 		_, err = r.locker.Once(ctx, r.flags.key, job, opts...)
-	} else {
+	case r.flags.limit > 0:
+		err = r.locker.Semaphore(r.flags.key, r.flags.limit).WithPermit(ctx, job, opts...)
+	default:
 		err = r.locker.WithLock(ctx, r.flags.key, job, opts...)
 	}
 	sig := interrupt.stop()
@@ -246,18 +255,18 @@ func (r *runner) run() int {
 	case !o.ran || o.stopped:
 		return o.status // reported already
 	case lost != nil:
-		r.errorf("lost lock %q just before %q exited with status %d (%s)%s",
-			r.flags.key, r.command[0], o.status, lostText(lost), r.notRecorded(o))
+		r.errorf("lost %s just before %q exited with status %d (%s)%s",
+			r.what(), r.command[0], o.status, lostText(lost), r.notRecorded(o))
 		return exitLost
 	case errors.Is(err, locksmith.ErrLockLost):
-		r.errorf("lock %q expired or was taken before %q exited with status %d; another run may have overlapped%s",
-			r.flags.key, r.command[0], o.status, r.notRecorded(o))
+		r.errorf("%s expired or was taken before %q exited with status %d; another run may have overlapped%s",
+			r.what(), r.command[0], o.status, r.notRecorded(o))
 		return exitLost
 	case endErr != nil && r.flags.once && o.status == exitOK:
 		r.errorf("could not record that %q succeeded under %q (if it was not recorded, the next run --once runs it again; "+
 			"the lock expires within %v): %s", r.command[0], r.flags.key, r.flags.ttl, errText(endErr))
 	case endErr != nil:
-		r.errorf("could not release lock %q (it expires within %v): %s", r.flags.key, r.flags.ttl, errText(endErr))
+		r.errorf("could not release %s (it expires within %v): %s", r.what(), r.flags.ttl, errText(endErr))
 	}
 	return o.status
 }
@@ -275,24 +284,40 @@ func (r *runner) notRun(err error, sig os.Signal) int {
 		return r.skipped(exitDone)
 	case errors.Is(err, locksmith.ErrNotObtained):
 		if r.flags.wait > 0 {
-			r.errorf("lock %q is still held elsewhere after waiting %v; not running %q", r.flags.key, r.flags.wait, r.command[0])
+			r.errorf("%s still held elsewhere after waiting %v; not running %q", r.heldText(), r.flags.wait, r.command[0])
 		} else {
-			r.errorf("lock %q is held elsewhere; not running %q", r.flags.key, r.command[0])
+			r.errorf("%s held elsewhere; not running %q", r.heldText(), r.command[0])
 		}
 		return r.skipped(exitHeld)
 	case errors.Is(err, locksmith.ErrInvalidArgument):
 		return r.usageError("run", errors.New(errText(err)))
 	default:
 		// Nobody knows whether the lock is free: fail closed.
-		r.errorf("cannot obtain lock %q from Redis at %s, not running %q: %s", r.flags.key, r.addr, r.command[0], errText(err))
+		r.errorf("cannot obtain %s from Redis at %s, not running %q: %s", r.what(), r.addr, r.command[0], errText(err))
 		return exitRedis
 	}
+}
+
+// what names what run holds: the lock, or a permit of the semaphore.
+func (r *runner) what() string {
+	if r.flags.limit > 0 {
+		return fmt.Sprintf("permit of semaphore %q", r.flags.key)
+	}
+	return fmt.Sprintf("lock %q", r.flags.key)
+}
+
+// heldText says that what run asks for is held, before "held elsewhere".
+func (r *runner) heldText() string {
+	if r.flags.limit > 0 {
+		return fmt.Sprintf("all %d permits of semaphore %q are", r.flags.limit, r.flags.key)
+	}
+	return fmt.Sprintf("lock %q is", r.flags.key)
 }
 
 // interrupted reports that sig came while the lock was being obtained, so
 // that COMMAND is not run, and returns the exit status.
 func (r *runner) interrupted(sig os.Signal) int {
-	r.errorf("got signal %q while obtaining lock %q; not running %q", sig, r.flags.key, r.command[0])
+	r.errorf("got signal %q while obtaining %s; not running %q", sig, r.what(), r.command[0])
 	return exitSignal + signalNumber(sig)
 }
 
@@ -401,8 +426,8 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 		r.errorf("got signal %q before %q started; not running it", sig, r.command[0])
 		return outcome{status: exitSignal + signalNumber(sig)}
 	case <-lease.Done():
-		r.errorf("lost lock %q before %q started (%s); not running it",
-			r.flags.key, r.command[0], lostText(context.Cause(lease)))
+		r.errorf("lost %s before %q started (%s); not running it",
+			r.what(), r.command[0], lostText(context.Cause(lease)))
 		return outcome{status: exitLost}
 	default:
 	}
@@ -435,8 +460,8 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 			}
 		case <-leaseDone:
 			leaseDone, stopped = nil, true
-			r.errorf("lost lock %q while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
-				r.flags.key, r.command[0], lostText(context.Cause(lease)), r.flags.grace)
+			r.errorf("lost %s while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
+				r.what(), r.command[0], lostText(context.Cause(lease)), r.flags.grace)
 			r.kill(c, syscall.SIGTERM)
 			graceDone = time.After(r.flags.grace)
 		case <-graceDone:

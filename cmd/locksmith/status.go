@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/locksmith-go/locksmith"
 )
 
@@ -44,12 +46,22 @@ func (u *ui) status(args []string) int {
 
 	locker := locksmith.New(client, locksmith.WithPrefix(f.prefix))
 	defer locker.Close()
-	s, err := locker.Inspect(context.Background(), f.key)
+	ctx := context.Background()
+	var st interface{ describe(time.Time) string }
+	s, err := locker.Inspect(ctx, f.key)
+	if redis.HasErrorPrefix(err, "WRONGTYPE") {
+		// Not a lock's string: a semaphore's sorted set (run --limit)?
+		ss, serr := locker.Semaphore(f.key, 1).Inspect(ctx)
+		if serr == nil {
+			st, err = newSemaphoreState(&f.connFlags, ss), nil
+		}
+	} else if err == nil {
+		st = newLockState(&f.connFlags, s)
+	}
 	if err != nil {
 		u.errorf("cannot read lock %q from Redis at %s: %s", f.key, addr, errText(err))
 		return exitRedis
 	}
-	st := newLockState(&f.connFlags, s)
 	if f.json {
 		out, err := json.Marshal(st)
 		if err != nil {

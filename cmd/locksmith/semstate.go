@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/locksmith-go/locksmith"
+)
+
+// semaphoreState is a semaphore as Redis has it (run --limit): what
+// status prints for a key that holds one.
+type semaphoreState struct {
+	Key      string `json:"key"`       // as given, without the prefix
+	RedisKey string `json:"redis_key"` // prefix + key
+	// Kind is "semaphore", to tell this object from a lock's.
+	Kind string `json:"kind"`
+	// Holders are the unexpired permits, the one that expires first
+	// first.
+	Holders []permitState `json:"holders"`
+	// Fence is the last fencing token issued for the key (run --limit
+	// --fencing); absent when none was.
+	Fence int64 `json:"fence,omitempty"`
+	// Listening is how many connections listen for the semaphore's
+	// releases: about one per process waiting for a permit.
+	Listening int `json:"listening,omitempty"`
+}
+
+// permitState is one permit of a semaphore.
+type permitState struct {
+	Token     string `json:"token"`
+	TTLMillis int64  `json:"ttl_ms"`
+}
+
+func newSemaphoreState(c *connFlags, s locksmith.SemaphoreStatus) semaphoreState {
+	st := semaphoreState{Key: c.key, RedisKey: c.prefix + c.key, Kind: "semaphore", Fence: s.Fence,
+		Listening: s.Listening, Holders: []permitState{}}
+	for _, h := range s.Holders {
+		st.Holders = append(st.Holders, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
+	}
+	return st
+}
+
+// describe returns st in words, for a person: one line on the semaphore,
+// one on each permit, and one each on the listeners and the fencing
+// token, if any.
+func (st semaphoreState) describe(time.Time) string {
+	name := fmt.Sprintf("semaphore %q (Redis key %q)", st.Key, st.RedisKey)
+	var lines []string
+	switch len(st.Holders) {
+	case 0:
+		lines = append(lines, name+" has no permits held")
+	case 1:
+		lines = append(lines, name+" has 1 permit held:")
+	default:
+		lines = append(lines, fmt.Sprintf("%s has %d permits held:", name, len(st.Holders)))
+	}
+	for _, h := range st.Holders {
+		lines = append(lines, fmt.Sprintf("  token %q, %v left", h.Token, time.Duration(h.TTLMillis)*time.Millisecond))
+	}
+	switch st.Listening {
+	case 0:
+	case 1:
+		lines = append(lines, "1 process listening for its releases (waiting for a permit)")
+	default:
+		lines = append(lines, fmt.Sprintf("%d processes listening for its releases (waiting for a permit)", st.Listening))
+	}
+	if st.Fence != 0 {
+		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))
+	}
+	return strings.Join(lines, "\n")
+}
