@@ -61,6 +61,11 @@ type waiter struct {
 	token string
 	// queue is whether the waiter's attempts queue it for handoffs.
 	queue bool
+	// shares is whether what it waits for may be held by several at
+	// once (a permit, a read hold): when it wins, the next waiter tries
+	// at once, since more may be free. Set by the waiter's own
+	// goroutine as it joins, before it waits.
+	shares bool
 
 	// Guarded by the notifier's mu:
 
@@ -241,6 +246,9 @@ func (n *notifier) won(w *waiter, holderUntil time.Time) {
 	n.triedLocked(w, true, holderUntil)
 	w.done = true
 	n.removeLocked(w)
+	if w.shares {
+		n.kickLocked(w.q)
+	}
 }
 
 // lost reports that w's attempt, sent at sent, found the lock taken, and

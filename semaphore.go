@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 )
 
 // A Semaphore lets at most a fixed number of holders hold one of its
@@ -123,95 +122,26 @@ func (s *Semaphore) config(opts []Option) (config, error) {
 }
 
 func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
-	l := s.l
-	if ctx.Err() != nil {
-		return nil, notObtained(ctx, s.key)
-	}
-	if err := l.verifyNeeds(ctx, cfg.prefix, s.key, permitNeeds(cfg)); err != nil {
-		return nil, err
-	}
-	a := &permitAttempts{s: s, rkey: cfg.prefix + s.key, cfg: *cfg}
-	backoff := newBackoff(cfg.retry)
-	delay, wait := backoff.Next()
-	if !wait {
-		lk, _, err := a.try(ctx, uuid.NewString())
-		if lk == nil && err == nil {
-			err = a.busy()
-		}
-		return lk, err
-	}
-	ch := companion(cfg.prefix, s.key, releasedKind)
-	t := l.notify.ticket(ch)
-	if t.queued {
-		// Others of this Locker wait already: queue up behind them.
-		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), false, time.Time{})
-		return l.wait(ctx, s.key, a, backoff, delay, w)
-	}
-	token := uuid.NewString()
-	start := time.Now()
-	lk, res, err := a.try(ctx, token)
-	if lk != nil || err != nil {
-		return lk, err
-	}
-	w := l.notify.join(ctx, ch, t, res, token, false, start)
-	return l.wait(ctx, s.key, a, backoff, delay, w)
+	return s.l.acquireHold(ctx, newHoldAttempts(s.l, s.key, cfg, permitKind{s.limit}))
 }
 
-// permitNeeds returns what the calls on a semaphore with cfg need.
-func permitNeeds(cfg *config) need {
-	n := needSemaphore
-	if cfg.fencing {
-		n |= needFence
-	}
-	return n
+// permitKind is a permit of a semaphore with a limit: see holdKind.
+type permitKind struct{ limit int }
+
+func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config) (acquireRes, error) {
+	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit})
 }
 
-// permitAttempts are the attempts of one Acquire call: its attempter.
-type permitAttempts struct {
-	s    *Semaphore
-	rkey string
-	cfg  config
-}
+func (permitKind) handles(st store) holdStore { return st.permits() }
 
-// try makes one attempt to take a permit with token.
-func (a *permitAttempts) try(ctx context.Context, token string) (*Lock, acquireRes, error) {
-	lk := a.newPermit(token)
-	req := permitReq{lockRef: lk.ref, ttlMS: a.cfg.ttlMS, limit: a.s.limit}
-	start := time.Now()
-	res, err := a.s.l.store.acquirePermit(ctx, req)
-	return settle(ctx, a.s.key, &a.cfg, lk, start, res, err)
-}
+func (permitKind) member(token string) string { return token }
 
-// newPermit makes the handle of a permit with token.
-func (a *permitAttempts) newPermit(token string) *Lock {
-	cfg := &a.cfg
-	lk := &Lock{store: a.s.l.store.permits(), key: a.s.key, token: token, cfg: *cfg, ttl: cfg.ttl}
-	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: token, fenceTTLMS: cfg.fenceTTLMS,
-		channel: companion(cfg.prefix, a.s.key, releasedKind)}
-	if cfg.fencing {
-		lk.ref.fence = companion(cfg.prefix, a.s.key, fenceKind)
-	}
-	return lk
-}
+func (permitKind) needs(cfg *config) need { return needSemaphore | fenceNeed(cfg) }
 
-func (a *permitAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
-	return a.try(ctx, w.token)
-}
+func (permitKind) queued() bool { return false }
 
-// handedOver is never called: permits are not handed over (their
-// releases announce nothing that names a waiter).
-func (a *permitAttempts) handedOver(context.Context, *waiter, *handoff, time.Time) (*Lock, error) {
-	return nil, fmt.Errorf("locksmith: semaphore %q: a permit cannot be handed over", a.s.key)
-}
-
-func (a *permitAttempts) leave(ctx context.Context, w *waiter) {
-	if a.s.l.notify.leave(w) {
-		deleteIfOwned(ctx, a.newPermit(w.token))
-	}
-}
-
-func (a *permitAttempts) busy() error {
-	return fmt.Errorf("%w: all %d permits of semaphore %q are held", ErrNotObtained, a.s.limit, a.s.key)
+func (k permitKind) busy(key string) error {
+	return fmt.Errorf("%w: all %d permits of semaphore %q are held", ErrNotObtained, k.limit, key)
 }
 
 // A SemaphoreStatus is what Redis holds for one semaphore, as

@@ -1,0 +1,129 @@
+package locksmith
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Holds that others may share: a permit of a semaphore, a read or write
+// hold of a read-write lock. They are acquired, waited for and held the
+// same way, through a *Lock handle; a holdKind says what differs.
+
+// A holdKind is one kind of shared hold.
+type holdKind interface {
+	// take sends one attempt to take a hold for ref.
+	take(ctx context.Context, st store, ref lockRef, cfg *config) (acquireRes, error)
+	// handles returns what the handles of such holds run on.
+	handles(st store) holdStore
+	// member returns the value that marks the hold of token in Redis.
+	member(token string) string
+	// needs returns what the calls need of the Redis user.
+	needs(cfg *config) need
+	// queued reports whether a waiting attempt leaves a mark in Redis
+	// (a waiting writer's intent) that lapses unless the waiter renews
+	// it, as a queued waiter for a lock does.
+	queued() bool
+	// busy is the error of a caller that found the hold taken and did
+	// not wait, or whose strategy gave up.
+	busy(key string) error
+}
+
+// fenceNeed is needFence with fencing, and nothing without.
+func fenceNeed(cfg *config) need {
+	if cfg.fencing {
+		return needFence
+	}
+	return 0
+}
+
+// holdAttempts are the attempts of one call for a shared hold on key: its
+// attempter.
+type holdAttempts struct {
+	l         *Locker
+	key, rkey string
+	cfg       config
+	kind      holdKind
+}
+
+func newHoldAttempts(l *Locker, key string, cfg *config, kind holdKind) *holdAttempts {
+	return &holdAttempts{l: l, key: key, rkey: cfg.prefix + key, cfg: *cfg, kind: kind}
+}
+
+// acquireHold takes the hold a describes: one attempt when the strategy
+// gives no delay, otherwise waiting as Obtain does (see wait.go).
+func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error) {
+	if ctx.Err() != nil {
+		return nil, notObtained(ctx, a.key)
+	}
+	cfg := &a.cfg
+	if err := l.verifyNeeds(ctx, cfg.prefix, a.key, a.kind.needs(cfg)); err != nil {
+		return nil, err
+	}
+	backoff := newBackoff(cfg.retry)
+	delay, wait := backoff.Next()
+	if !wait {
+		lk, _, err := a.try(ctx, uuid.NewString())
+		if lk == nil && err == nil {
+			err = a.busy()
+		}
+		return lk, err
+	}
+	ch := companion(cfg.prefix, a.key, releasedKind)
+	t := l.notify.ticket(ch)
+	if t.queued {
+		// Others of this Locker wait already: queue up behind them.
+		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), a.kind.queued(), time.Time{})
+		w.shares = true
+		return l.wait(ctx, a.key, a, backoff, delay, w)
+	}
+	token := uuid.NewString()
+	start := time.Now()
+	lk, res, err := a.try(ctx, token)
+	if lk != nil || err != nil {
+		return lk, err
+	}
+	w := l.notify.join(ctx, ch, t, res, token, a.kind.queued(), start)
+	w.shares = true
+	return l.wait(ctx, a.key, a, backoff, delay, w)
+}
+
+// try makes one attempt with token.
+func (a *holdAttempts) try(ctx context.Context, token string) (*Lock, acquireRes, error) {
+	lk := a.newHandle(token)
+	start := time.Now()
+	res, err := a.kind.take(ctx, a.l.store, lk.ref, &a.cfg)
+	return settle(ctx, a.key, &a.cfg, lk, start, res, err)
+}
+
+// newHandle makes the handle of a hold with token.
+func (a *holdAttempts) newHandle(token string) *Lock {
+	cfg := &a.cfg
+	lk := &Lock{store: a.kind.handles(a.l.store), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: a.kind.member(token), fenceTTLMS: cfg.fenceTTLMS,
+		channel: companion(cfg.prefix, a.key, releasedKind)}
+	if cfg.fencing {
+		lk.ref.fence = companion(cfg.prefix, a.key, fenceKind)
+	}
+	return lk
+}
+
+func (a *holdAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
+	return a.try(ctx, w.token)
+}
+
+// handedOver is never called: shared holds are not handed over (their
+// releases announce nothing that names a waiter).
+func (a *holdAttempts) handedOver(context.Context, *waiter, *handoff, time.Time) (*Lock, error) {
+	return nil, fmt.Errorf("locksmith: %q: a shared hold cannot be handed over", a.key)
+}
+
+func (a *holdAttempts) leave(ctx context.Context, w *waiter) {
+	if a.l.notify.leave(w) {
+		deleteIfOwned(ctx, a.newHandle(w.token))
+	}
+}
+
+func (a *holdAttempts) busy() error { return a.kind.busy(a.key) }
