@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
 )
 
 // A Semaphore lets at most a fixed number of holders hold one of its
