@@ -14,8 +14,9 @@ import (
 
 // A holdKind is one kind of shared hold.
 type holdKind interface {
-	// take sends one attempt to take a hold for ref.
-	take(ctx context.Context, st store, ref lockRef, cfg *config) (acquireRes, error)
+	// take sends one attempt to take a hold for ref, by a caller that
+	// waits if it fails, when waiting is set.
+	take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool) (acquireRes, error)
 	// handles returns what the handles of such holds run on.
 	handles(st store) holdStore
 	// member returns the value that marks the hold of token in Redis.
@@ -46,6 +47,8 @@ type holdAttempts struct {
 	key, rkey string
 	cfg       config
 	kind      holdKind
+	// waiting is set when the call waits if its attempts fail.
+	waiting bool
 }
 
 func newHoldAttempts(l *Locker, key string, cfg *config, kind holdKind) *holdAttempts {
@@ -71,6 +74,7 @@ func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error
 		}
 		return lk, err
 	}
+	a.waiting = true
 	ch := companion(cfg.prefix, a.key, releasedKind)
 	t := l.notify.ticket(ch)
 	if t.queued {
@@ -94,7 +98,7 @@ func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error
 func (a *holdAttempts) try(ctx context.Context, token string) (*Lock, acquireRes, error) {
 	lk := a.newHandle(token)
 	start := time.Now()
-	res, err := a.kind.take(ctx, a.l.store, lk.ref, &a.cfg)
+	res, err := a.kind.take(ctx, a.l.store, lk.ref, &a.cfg, a.waiting)
 	return settle(ctx, a.key, &a.cfg, lk, start, res, err)
 }
 

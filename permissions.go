@@ -27,6 +27,7 @@ const (
 	needAnnounce                   // publishing and hearing releases: optional, waiters poll without it
 	needInspect                    // Inspect
 	needSemaphore                  // a semaphore's commands and the scripts: Semaphore calls
+	needRW                         // a read-write lock's commands and the scripts: RWMutex calls
 )
 
 // letters returns n as probe.lua takes it.
@@ -35,7 +36,7 @@ func (n need) letters() string {
 	for _, c := range []struct {
 		n      need
 		letter byte
-	}{{needLock, 'l'}, {needSemaphore, 's'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}} {
+	}{{needLock, 'l'}, {needSemaphore, 's'}, {needRW, 'w'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}} {
 		if n&c.n != 0 {
 			b.WriteByte(c.letter)
 		}

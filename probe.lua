@@ -5,7 +5,8 @@
 -- ARGV[1]: the release channel. ARGV[2]: the command that announces on it
 -- (PUBLISH or SPUBLISH). ARGV[3]: the command that subscribes to it
 -- (SUBSCRIBE or SSUBSCRIBE). ARGV[4]: what to check, a letter for each
--- need: 'l' the lock key, 's' a semaphore at the lock key's name, 'q' the
+-- need: 'l' the lock key, 's' a semaphore and 'w' a read-write lock at the lock
+-- key's name, 'q' the
 -- handoff queue, 'f' fencing, 'o' completion records, 'a' announcements,
 -- 'i' inspection. The scripts are always checked.
 -- Returns what is refused, each as "COMMAND name", or an empty list.
@@ -48,7 +49,16 @@ if needs('s') then
   check('zrem', lock, 'm')
   check('pexpireat', lock, '1')
 end
-if needs('q') or needs('f') or needs('s') then
+if needs('w') then
+  check('zremrangebyscore', lock, '-inf', '0')
+  check('zscore', lock, 'm')
+  check('zrange', lock, '0', '0', 'WITHSCORES')
+  check('zrangebyscore', lock, '-inf', '0', 'WITHSCORES')
+  check('zadd', lock, 'XX', '0', 'm')
+  check('zrem', lock, 'm')
+  check('pexpireat', lock, '1')
+end
+if needs('q') or needs('f') or needs('s') or needs('w') then
   check('time')
 end
 if needs('q') then

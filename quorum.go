@@ -88,6 +88,8 @@ func (q quorumStore) allows(u usage) error {
 		return fmt.Errorf("%w: WithReplicas on a quorum of masters: each master stands alone", ErrInvalidArgument)
 	case u.kind == callOnce:
 		return fmt.Errorf("%w: Once and Completed on a quorum of masters: a completion record on a majority cannot be written with the release in one step", ErrInvalidArgument)
+	case u.kind == callRW:
+		return fmt.Errorf("%w: a read-write lock on a quorum of masters: readers counted on each master separately do not exclude a writer of a majority", ErrInvalidArgument)
 	case u.kind == callSemaphore:
 		return fmt.Errorf("%w: a semaphore on a quorum of masters: permits counted on each master separately do not bound the holders of a majority", ErrInvalidArgument)
 	case u.kind == callInspect:
@@ -120,7 +122,17 @@ func (quorumStore) inspectPermits(context.Context, Keys) (rawPermits, error) {
 	return rawPermits{}, errRefusedByAllows
 }
 
-// permits is never called: allows refuses semaphores first.
+func (quorumStore) acquireRW(context.Context, lockRef, any, bool) (acquireRes, error) {
+	return acquireRes{}, errRefusedByAllows
+}
+
+func (q quorumStore) rwHandles() holdStore { return q }
+
+func (quorumStore) inspectRW(context.Context, Keys) (rawRW, error) {
+	return rawRW{}, errRefusedByAllows
+}
+
+// permits and rwHandles are never called: allows refuses semaphores first.
 func (q quorumStore) permits() holdStore { return q }
 
 func (quorumStore) inspect(context.Context, []string) (rawStatus, error) {

@@ -127,7 +127,7 @@ func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
 // permitKind is a permit of a semaphore with a limit: see holdKind.
 type permitKind struct{ limit int }
 
-func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config) (acquireRes, error) {
+func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config, _ bool) (acquireRes, error) {
 	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit})
 }
 

@@ -455,14 +455,20 @@ func TestSemaphoreCluster(t *testing.T) {
 	require.NoError(t, b.Release(ctx))
 }
 
-func TestSemaphoreRedisDown(t *testing.T) {
+// unreachableClient returns a client of a loopback port nothing listens
+// on.
+func unreachableClient(t *testing.T) *redis.Client {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there now
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
-	sem := newLocker(t, client).Semaphore("k", 2)
+	return client
+}
+
+func TestSemaphoreRedisDown(t *testing.T) {
+	sem := newLocker(t, unreachableClient(t)).Semaphore("k", 2)
 	for _, opts := range [][]locksmith.Option{nil, {locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(10*time.Millisecond), 3))}} {
 		_, err := sem.Acquire(t.Context(), opts...)
 		require.Error(t, err)

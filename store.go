@@ -123,6 +123,12 @@ type store interface {
 	permits() holdStore
 	// inspectPermits reads a semaphore's state for Semaphore.Inspect.
 	inspectPermits(ctx context.Context, k Keys) (rawPermits, error)
+	// acquireRW runs one attempt to take a read or write hold of a
+	// read-write lock; rwHandles returns what their handles run on, and
+	// inspectRW reads a read-write lock's state for RWMutex.Inspect.
+	acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error)
+	rwHandles() holdStore
+	inspectRW(ctx context.Context, k Keys) (rawRW, error)
 	// allows returns nil when the deployment can serve a call u, and
 	// otherwise an error matching ErrInvalidArgument that says why;
 	// nothing is sent either way.
@@ -181,6 +187,7 @@ const (
 	callOnce                      // Once, Completed
 	callInspect                   // Inspect
 	callSemaphore                 // a Semaphore's Acquire, WithPermit
+	callRW                        // an RWMutex's calls
 )
 
 // lockRef names one acquisition of a lock to a store: its lock key, its

@@ -1,0 +1,105 @@
+-- Take a read or a write hold of a read-write lock. The lock is a sorted
+-- set: each reader's hold is "r:<token>" scored by its expiry (server
+-- time, ms), and the writer's hold "w:<token>" and each waiting writer's
+-- intent "q:<token>" are scored by minus their expiry, so that one range
+-- holds the readers and the other the writers. What expired is dropped
+-- first; the set's own expiry is the latest of its members'.
+-- A reader enters when no writer holds and no writer waits (an intent
+-- stops new readers, so that writers are not starved); a writer enters
+-- when nobody holds, and otherwise leaves or renews its intent, which
+-- lapses after ARGV[3] ms unless renewed.
+-- KEYS[1]: the lock. KEYS[2], optional: its fence counter.
+-- ARGV[1]: the caller's member, "r:<token>" or "w:<token>". ARGV[2]: the
+-- hold's TTL in ms. ARGV[3]: how long a writer's intent lives, in ms, or
+-- 0 to leave none (a writer that will not wait).
+-- ARGV[4]: how long the fence counter lives after it was last taken, in
+-- ms, or 0 for ever.
+-- Returns {1, fence} when the caller holds (a resend of this very call,
+-- whose first delivery took the hold, takes it again with a new fence),
+-- or {0, ms}: how long until what stops the caller expires, unless it is
+-- renewed.
+--
+-- Redis does not undo a script that fails halfway: everything that can be
+-- refused (TIME, the reads) runs before the first write.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local last_fence
+if KEYS[2] then
+  last_fence = redis.call('get', KEYS[2])
+end
+local me = ARGV[1]
+local writing = string.sub(me, 1, 2) == 'w:'
+local intent = 'q:' .. string.sub(me, 3)
+
+-- The set lives as long as its latest member.
+local function keep()
+  local at = 0
+  local hi = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
+  if hi[2] and tonumber(hi[2]) > 0 then
+    at = tonumber(hi[2])
+  end
+  local lo = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+  if lo[2] and tonumber(lo[2]) < 0 then
+    at = math.max(at, -tonumber(lo[2]))
+  end
+  if at > 0 then
+    redis.call('pexpireat', KEYS[1], at)
+  end
+end
+
+redis.call('zremrangebyscore', KEYS[1], '(0', now)
+redis.call('zremrangebyscore', KEYS[1], -now, '(0')
+local resend = redis.call('zscore', KEYS[1], me)
+if not resend then
+  -- The writers' range: at most one writer, and the intents.
+  local writer_left = -1
+  local latest_writer = 0
+  local others = redis.call('zrangebyscore', KEYS[1], '-inf', '(0', 'WITHSCORES')
+  for i = 1, #others, 2 do
+    local expires = -tonumber(others[i + 1])
+    if string.sub(others[i], 1, 2) == 'w:' then
+      writer_left = expires - now
+    end
+    if others[i] ~= intent then
+      latest_writer = math.max(latest_writer, expires)
+    end
+  end
+  if writing then
+    local readers = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
+    local reader_until = 0
+    if readers[2] and tonumber(readers[2]) > 0 then
+      reader_until = tonumber(readers[2])
+    end
+    if writer_left >= 0 or reader_until > 0 then
+      if ARGV[3] ~= '0' then
+        redis.call('zadd', KEYS[1], -(now + tonumber(ARGV[3])), intent)
+        keep()
+      end
+      if writer_left >= 0 then
+        return {0, writer_left}
+      end
+      return {0, reader_until - now}
+    end
+  elseif latest_writer > 0 then
+    return {0, latest_writer - now}
+  end
+end
+
+if writing then
+  redis.call('zrem', KEYS[1], intent)
+  redis.call('zadd', KEYS[1], -(now + tonumber(ARGV[2])), me)
+else
+  redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), me)
+end
+keep()
+local fence = 0
+if KEYS[2] then
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  fence = math.max(tonumber(last_fence or '0') + 1, now_us)
+  if ARGV[4] ~= '0' then
+    redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
+  else
+    redis.call('set', KEYS[2], string.format('%d', fence))
+  end
+end
+return {1, fence}

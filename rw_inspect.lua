@@ -1,0 +1,24 @@
+-- Read a read-write lock's holds and waiting writers and its last fencing
+-- token, changing nothing.
+-- KEYS[1]: the lock (see rw_acquire.lua). KEYS[2]: its fence counter.
+-- Returns {holds, intents, fence}: holds is a flat list of member, ms
+-- left, for the unexpired readers and writer; intents counts the waiting
+-- writers' unexpired intents; fence is the counter's value, or false.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local holds, intents = {}, 0
+local readers = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #readers, 2 do
+  holds[#holds + 1] = readers[i]
+  holds[#holds + 1] = tonumber(readers[i + 1]) - now
+end
+local writers = redis.call('zrangebyscore', KEYS[1], '-inf', '(' .. -now, 'WITHSCORES')
+for i = 1, #writers, 2 do
+  if string.sub(writers[i], 1, 2) == 'q:' then
+    intents = intents + 1
+  else
+    holds[#holds + 1] = writers[i]
+    holds[#holds + 1] = -tonumber(writers[i + 1]) - now
+  end
+end
+return {holds, intents, redis.call('get', KEYS[2])}

@@ -1,0 +1,29 @@
+-- Give back a read or write hold of a read-write lock if the caller holds
+-- it, and, for a writer, withdraw its intent; announce in the same step
+-- when either was there, so that waiters try at once.
+-- KEYS[1]: the lock (see rw_acquire.lua).
+-- ARGV[1]: the caller's member, "r:<token>" or "w:<token>". ARGV[2]: the
+-- release channel. ARGV[3]: the command that announces on it, PUBLISH or,
+-- on Redis Cluster, SPUBLISH.
+-- Returns 1 when released, 0 when the caller held nothing unexpired (an
+-- expired hold is removed all the same). The announcement is sent with
+-- pcall, after the change: a refused one leaves the release done.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me = ARGV[1]
+local expires = redis.call('zscore', KEYS[1], me)
+local withdrew = 0
+if string.sub(me, 1, 2) == 'w:' then
+  withdrew = redis.call('zrem', KEYS[1], 'q:' .. string.sub(me, 3))
+end
+local held = 0
+if expires then
+  redis.call('zrem', KEYS[1], me)
+  if math.abs(tonumber(expires)) > now then
+    held = 1
+  end
+end
+if held == 1 or withdrew == 1 then
+  redis.pcall(ARGV[3], ARGV[2], '')
+end
+return held
