@@ -51,6 +51,19 @@ type held interface {
 
 var errNotObtained = errors.New("not obtained")
 
+// A baseline is the raw go-redis recipe that heads a list of libraries:
+// the figures in parentheses are ratios to its.
+type baseline interface {
+	lib
+	baseline()
+}
+
+// isBaseline reports whether l is a baseline.
+func isBaseline(l lib) bool {
+	_, ok := l.(baseline)
+	return ok
+}
+
 // lockTTL is the TTL for the libraries that take one per call and have no
 // default (bsm/redislock and the raw baseline); it is locksmith's default.
 // redsync (8s) and rueidislock (5s) keep their own defaults.
@@ -97,6 +110,8 @@ var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then 
 func (r rawLib) name() string { return "raw go-redis" }
 
 func (r rawLib) runsOn() topology { return mainServer }
+
+func (rawLib) baseline() {}
 
 func (r rawLib) settings() string {
 	wait := fmt.Sprintf("SET NX retried every %v", r.retry)
@@ -290,6 +305,9 @@ type smithLocker struct {
 	clients []redis.UniversalClient
 	locker  *locksmith.Locker
 	perCall bool // pass the options to each call, as the README does
+	// permits > 0 makes obtain take one of that many permits of the
+	// semaphore named by the key, with the options per call.
+	permits int
 }
 
 type smithHeld struct{ lk *locksmith.Lock }
@@ -299,9 +317,12 @@ func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
 		lk  *locksmith.Lock
 		err error
 	)
-	if l.perCall {
+	switch {
+	case l.permits > 0:
+		lk, err = l.locker.Semaphore(key, l.permits).Acquire(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
+	case l.perCall:
 		lk, err = l.locker.Obtain(ctx, key, locksmith.WithTTL(10*time.Second), smithRetry())
-	} else {
+	default:
 		lk, err = l.locker.Obtain(ctx, key)
 	}
 	if errors.Is(err, locksmith.ErrNotObtained) {

@@ -4,12 +4,14 @@
 //
 // It starts a private redis-server (or uses -redis URL) and the private
 // servers of the quorum and the cluster, pins itself and the servers to
-// different CPUs, and runs four scenarios for every library one after the
-// other, printing one table per scenario. See README.md here and docs/performance.md at the root.
+// different CPUs, and runs four lock scenarios for every library one after
+// the other, then four semaphore scenarios for locksmith's semaphore and a
+// raw sorted-set baseline, printing one table per scenario. See README.md
+// here and docs/performance.md at the root.
 //
 // Usage, from this directory:
 //
-//	go run . [-quick] [-d 3s] [-redis redis://host:port/0] [-libs locksmith,raw] [-scenarios serial,contended16]
+//	go run . [-quick] [-d 3s] [-redis redis://host:port/0] [-libs locksmith,raw] [-scenarios serial,contended16,sem16n4]
 package main
 
 import (
@@ -45,13 +47,13 @@ func run() int {
 	quick := flag.Bool("quick", false, "short run, about 30s in all: -d 600ms -warmup 200ms")
 	flag.DurationVar(&o.measure, "d", 3*time.Second, "measured time per library per scenario")
 	flag.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up before each measurement")
-	flag.DurationVar(&o.hold, "hold", 2300*time.Microsecond, "how long a contended worker holds the lock")
+	flag.DurationVar(&o.hold, "hold", 2300*time.Microsecond, "how long a contended worker holds the lock or permit")
 	flag.DurationVar(&o.rawRetry, "raw-retry", time.Millisecond, "retry interval of the raw baseline (0: spin)")
 	flag.StringVar(&o.redisURL, "redis", "", "use this Redis (redis://host:port/db) instead of a private server; ALL ITS DATA IS DELETED (FLUSHALL)")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary for the private server")
 	flag.BoolVar(&o.pin, "pin", true, "pin the benchmark and redis-server to different CPUs with taskset")
 	flag.StringVar(&o.libs, "libs", "", "comma-separated substrings: run only the libraries whose names contain one (the raw baseline always runs)")
-	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256")
+	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256, sem16n1, sem16n4, sem256n1, sem256n4")
 	flag.IntVar(&o.pings, "pings", 2000, "PINGs for the loopback RTT")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&o.rounds, "rounds", 1, "split each measurement into this many rounds, the libraries taking turns, so that a noisy neighbour hurts all of them alike")
@@ -85,11 +87,22 @@ func run() int {
 		}()
 	}
 
-	libs := selectLibs(libraries(o.rawRetry), o.libs)
 	scs, err := selectScenarios(o.scenarios)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
+	}
+	// The lock libraries run the lock scenarios, and only they need the
+	// quorum and the cluster. Each semaphore scenario has rows of its own,
+	// at its number of permits, all on the main server.
+	var libs []lib
+	if slices.ContainsFunc(scs, func(sc scenario) bool { return !sc.semaphore() }) {
+		libs = selectLibs(libraries(o.rawRetry), o.libs)
+	}
+	semLibs := func(permits int) []lib { return selectLibs(semaphoreLibraries(o.rawRetry, permits), o.libs) }
+	var semRows []lib // for the header; their settings do not depend on the permits
+	if i := slices.IndexFunc(scs, scenario.semaphore); i >= 0 {
+		semRows = semLibs(scs[i].permits)
 	}
 
 	// Every server this program starts is in deps, and stopped on return.
@@ -135,18 +148,22 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench: PING:", err)
 		return 2
 	}
-	printHeader(ctx, &o, pin, deps, skipped, rtt, libs)
+	printHeader(ctx, &o, pin, deps, skipped, rtt, slices.Concat(libs, semRows))
 
 	b := &bench{deployments: deps, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
 	failed := false
 	for _, sc := range scs {
-		results := make([]*result, len(libs))
+		rows := libs
+		if sc.semaphore() {
+			rows = semLibs(sc.permits)
+		}
+		results := make([]*result, len(rows))
 		for round := range o.rounds {
 			var baseRate float64
-			for i, l := range libs {
+			for i, l := range rows {
 				fmt.Fprintf(os.Stderr, "running %s, round %d/%d: %s\n", sc.id, round+1, o.rounds, l.name())
 				r := b.run(ctx, sc, l)
-				if _, ok := l.(rawLib); ok && i == 0 && r.err == nil {
+				if isBaseline(l) && i == 0 && r.err == nil {
 					baseRate = r.rate()
 				}
 				ratio := 0.0
@@ -166,13 +183,17 @@ func run() int {
 		}
 		report(sc, results, rtt).print(os.Stdout)
 		for _, r := range results {
-			if r.violations > 0 {
+			switch {
+			case r.violations == 0:
+			case sc.semaphore():
+				fmt.Printf("\n*** SEMAPHORE LIMIT VIOLATED: %s let more than %d holders into the critical section %d times ***\n", r.lib.name(), sc.permits, r.violations)
+			default:
 				fmt.Printf("\n*** MUTUAL EXCLUSION VIOLATED: %s had %d overlapping critical sections ***\n", r.lib.name(), r.violations)
 			}
 		}
 	}
 	if failed {
-		fmt.Fprintln(os.Stderr, "bench: FAILED: a run failed or mutual exclusion was violated")
+		fmt.Fprintln(os.Stderr, "bench: FAILED: a run failed, or mutual exclusion or a semaphore's limit was violated")
 		return 1
 	}
 	return 0
@@ -194,7 +215,7 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	}
 	fmt.Printf("- pinning: %s\n", pin.note)
 	fmt.Printf("- loopback RTT: %s (median of %d PINGs through go-redis)\n", fmtDur(rtt), o.pings)
-	fmt.Printf("- each library runs %v measured (in %d round(s), each after %v of warm-up), one after the other, FLUSHALL in between; contended holders sleep %v in the lock\n",
+	fmt.Printf("- each library runs %v measured (in %d round(s), each after %v of warm-up), one after the other, FLUSHALL in between; contended holders sleep %v in the lock or permit\n",
 		o.measure, o.rounds, o.warmup, o.hold)
 	fmt.Printf("- modules: %s\n", moduleVersions())
 	fmt.Println("- libraries and settings:")
@@ -204,7 +225,7 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	for _, note := range skipped {
 		fmt.Printf("  - %s\n", note)
 	}
-	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
+	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server; for the semaphore rows, the raw sorted-set semaphore's); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
 }
 
 // moduleVersions lists the versions of the measured modules in this build.

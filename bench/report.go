@@ -58,19 +58,21 @@ func (t *table) print(w io.Writer) {
 }
 
 // report turns one scenario's results into a table. The first result is
-// the baseline when it is the raw library.
+// the baseline when it is a raw library's.
 func report(sc scenario, results []*result, rtt time.Duration) *table {
 	var base *result
 	if len(results) > 0 {
-		if _, ok := results[0].lib.(rawLib); ok && results[0].err == nil && results[0].ops > 0 {
+		if isBaseline(results[0].lib) && results[0].err == nil && results[0].ops > 0 {
 			base = results[0]
 		}
 	}
 	t := &table{title: sc.title}
-	if sc.contended {
-		t.header = []string{"library", "handoffs/s", "to another/s", "gap p50", "gap p99", "gap max", "p50/p99 in RTTs",
-			"requests/acq", "commands/acq", "acq/worker min/mean/max", "share per instance", "releaser again", "hold / release mean", "gave up", "errors", "violations"}
-	} else {
+	switch {
+	case sc.semaphore():
+		t.header = append([]string{"library", "permits/s", "by round vs raw", "held of " + strconv.Itoa(sc.permits)}, contendedColumns...)
+	case sc.contended:
+		t.header = append([]string{"library", "handoffs/s", "to another/s"}, contendedColumns...)
+	default:
 		t.header = []string{"library", "cycles/s", "by round vs raw", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "gave up", "errors"}
 	}
 	for _, r := range results {
@@ -90,7 +92,7 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 			t.notes = append(t.notes, fmt.Sprintf("%s: %d gaps not measured (the previous Release had not returned after the hold)", r.lib.name(), r.unmatched))
 		}
 		if sc.contended {
-			t.rows = append(t.rows, contendedRow(r, base, rtt, sc.lockers))
+			t.rows = append(t.rows, contendedRow(sc, r, base, rtt))
 		} else {
 			t.rows = append(t.rows, cycleRow(r, base))
 		}
@@ -98,8 +100,15 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 	if base == nil {
 		t.notes = append(t.notes, "no raw baseline in this run: ratios omitted")
 	}
+	if sc.semaphore() {
+		t.notes = append(t.notes, "redislock, redsync and rueidislock have no semaphores: they do not run this scenario")
+	}
 	return t
 }
+
+// contendedColumns are the columns of a contended table after the rates.
+var contendedColumns = []string{"gap p50", "gap p99", "gap max", "p50/p99 in RTTs",
+	"requests/acq", "commands/acq", "acq/worker min/mean/max", "share per instance", "releaser again", "hold / release mean", "gave up", "errors", "violations"}
 
 func cycleRow(r, base *result) []string {
 	row := []string{
@@ -117,7 +126,10 @@ func cycleRow(r, base *result) []string {
 	return row
 }
 
-func contendedRow(r, base *result, rtt time.Duration, instances int) []string {
+// contendedRow is a row of a contended table: for a semaphore scenario,
+// the rate is of permits, then come the rate by round and how many
+// workers were inside the critical section on average.
+func contendedRow(sc scenario, r, base *result, rtt time.Duration) []string {
 	lo, mean, hi := spread(r.perWorker)
 	same := "-"
 	if r.sameOf > 0 {
@@ -127,10 +139,13 @@ func contendedRow(r, base *result, rtt time.Duration, instances int) []string {
 	if rtt > 0 && r.lat.n > 0 {
 		inRTT = fmt.Sprintf("%.1f / %.1f", float64(r.lat.quantile(0.5))/float64(rtt), float64(r.lat.quantile(0.99))/float64(rtt))
 	}
-	return []string{
-		r.lib.name(),
-		withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate)),
-		withRatio(fmtInt(r.toAnotherRate()), r.toAnotherRate(), baseOf(base, (*result).toAnotherRate)),
+	row := []string{r.lib.name(), withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate))}
+	if sc.semaphore() {
+		row = append(row, byRound(r.roundRatios), fmtFloat(r.meanHeld()))
+	} else {
+		row = append(row, withRatio(fmtInt(r.toAnotherRate()), r.toAnotherRate(), baseOf(base, (*result).toAnotherRate)))
+	}
+	return append(row,
 		withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
 		withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
 		fmtDur(maxOf(r.lat)),
@@ -138,13 +153,13 @@ func contendedRow(r, base *result, rtt time.Duration, instances int) []string {
 		withRatio(fmtFloat(r.perOp(float64(r.server.reads))), r.perOp(float64(r.server.reads)), baseOf(base, reads)),
 		withRatio(fmtFloat(r.perOp(float64(r.server.calls))), r.perOp(float64(r.server.calls)), baseOf(base, calls)),
 		fmt.Sprintf("%d / %.0f / %d", lo, mean, hi),
-		instanceShares(r.perWorker, instances),
+		instanceShares(r.perWorker, sc.lockers),
 		same,
 		fmt.Sprintf("%s / %s", fmtDur(r.perAcq(r.holdSum)), fmtDur(r.perAcq(r.releaseSum))),
 		strconv.FormatInt(r.gaveUp, 10),
 		strconv.FormatInt(r.errs, 10),
 		strconv.FormatInt(r.violations, 10),
-	}
+	)
 }
 
 func (r *result) rate() float64 {
@@ -152,6 +167,15 @@ func (r *result) rate() float64 {
 		return 0
 	}
 	return float64(r.ops) / r.elapsed.Seconds()
+}
+
+// meanHeld is how many workers were inside the critical section on
+// average over the window (their time held over the window's), or -1.
+func (r *result) meanHeld() float64 {
+	if r.elapsed <= 0 {
+		return -1
+	}
+	return r.holdSum.Seconds() / r.elapsed.Seconds()
 }
 
 // toAnotherRate is the rate of acquisitions by another goroutine than the

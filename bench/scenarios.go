@@ -16,8 +16,11 @@ type scenario struct {
 	id        string // for -scenarios
 	title     string
 	contended bool // all workers on one key, holding it for the hold time
-	workers   int
-	lockers   int // instances of the library, each with its own client; workers are dealt round-robin
+	// permits makes a contended scenario one of a counted semaphore with
+	// that many permits, run by the semaphore libraries; 0 for a lock.
+	permits int
+	workers int
+	lockers int // instances of the library, each with its own client; workers are dealt round-robin
 }
 
 var scenarios = []scenario{
@@ -25,7 +28,17 @@ var scenarios = []scenario{
 	{id: "parallel", title: "2. 64 goroutines on 64 distinct keys, one instance", workers: 64, lockers: 1},
 	{id: "contended16", title: "3. 16 goroutines over 2 instances (8 each) contending on one key", contended: true, workers: 16, lockers: 2},
 	{id: "contended256", title: "4. 256 goroutines over 2 instances (128 each) contending on one key", contended: true, workers: 256, lockers: 2},
+	{id: "sem16n1", title: "5. Semaphore of 1 permit: 16 goroutines over 2 instances (8 each) on one semaphore", contended: true, permits: 1, workers: 16, lockers: 2},
+	{id: "sem16n4", title: "6. Semaphore of 4 permits: 16 goroutines over 2 instances (8 each) on one semaphore", contended: true, permits: 4, workers: 16, lockers: 2},
+	{id: "sem256n1", title: "7. Semaphore of 1 permit: 256 goroutines over 2 instances (128 each) on one semaphore", contended: true, permits: 1, workers: 256, lockers: 2},
+	{id: "sem256n4", title: "8. Semaphore of 4 permits: 256 goroutines over 2 instances (128 each) on one semaphore", contended: true, permits: 4, workers: 256, lockers: 2},
 }
+
+// limit is how many workers may be inside the critical section at once.
+func (sc scenario) limit() int { return max(sc.permits, 1) }
+
+// semaphore reports whether sc is run by the semaphore libraries.
+func (sc scenario) semaphore() bool { return sc.permits > 0 }
 
 // stopGrace bounds how long workers may take to stop once the measured
 // window has ended and their contexts are cancelled.
@@ -115,15 +128,23 @@ func (w *window) counts(t time.Time) bool { return w.phase.Load() == 1 && t.Befo
 
 // contention is the state the contended workers share.
 type contention struct {
-	base       time.Time    // origin of the monotonic timestamps below
-	inCS       atomic.Int64 // goroutines inside the critical section
+	base  time.Time // origin of the monotonic timestamps below
+	limit int64     // how many may be inside the critical section: 1, or a semaphore's permits
+	inCS  atomic.Int64
+	// violations counts entries that made inCS exceed limit.
 	violations atomic.Int64
 	waiting    atomic.Int64 // goroutines inside obtain
 	seq        atomic.Int64 // acquisitions so far; numbers them
 	lastHolder atomic.Int64 // worker id of the latest acquisition, -1 at first
-	// releases[s%len] records when acquisition s's Release returned, so
-	// that acquisition s+1 can measure its gap even when its Obtain
-	// returned before that Release did.
+	// released counts the Releases that have returned, when limit > 1.
+	released atomic.Int64
+	// releases[r%len] records when release r returned, so that the
+	// acquisition it freed can measure its gap even when its Obtain
+	// returned before that Release did. With one holder at a time,
+	// release r is acquisition r's, and frees acquisition r+1. With
+	// limit > 1, acquisition s needs s-limit releases before it, so
+	// release r (numbered in the order the Release calls return, which
+	// is close to the order Redis ran them) frees acquisition r+limit.
 	releases [1024]releaseMark
 }
 
@@ -164,7 +185,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	defer cancelRelease()
 
 	stats := make([]workerStats, sc.workers)
-	c := &contention{base: start}
+	c := &contention{base: start, limit: int64(sc.limit())}
 	c.lastHolder.Store(-1)
 	for i := range c.releases {
 		c.releases[i].seq.Store(-1)
@@ -325,9 +346,10 @@ func cycleWorker(obtainCtx, releaseCtx context.Context, w *window, lk locker, ke
 }
 
 // contendedWorker competes for the one key until the window ends. Each
-// acquisition checks mutual exclusion, holds the lock for hold, and
-// measures the handoff gap: from the previous holder's Release returning
-// to this Obtain returning, when someone was waiting at that release.
+// acquisition checks mutual exclusion (at most c.limit inside), holds the
+// lock or permit for hold, and measures the handoff gap: from the Release
+// that freed it returning (the previous holder's, for a lock) to this
+// Obtain returning, when someone was waiting at that release.
 func contendedWorker(obtainCtx, releaseCtx context.Context, w *window, c *contention, hold time.Duration, timer *holdTimer, lk locker, id int64, st *workerStats) {
 	const key = "bench:contended"
 	n := int64(len(c.releases))
@@ -342,7 +364,7 @@ func contendedWorker(obtainCtx, releaseCtx context.Context, w *window, c *conten
 			}
 			continue
 		}
-		if c.inCS.Add(1) != 1 {
+		if c.inCS.Add(1) > c.limit {
 			c.violations.Add(1)
 		}
 		s := c.seq.Add(1)
@@ -354,8 +376,8 @@ func contendedWorker(obtainCtx, releaseCtx context.Context, w *window, c *conten
 		}
 		releasing := time.Now()
 
-		// By now the previous holder's Release has returned and been
-		// recorded, even if this Obtain returned first.
+		// By now the Release that freed this acquisition has returned
+		// and been recorded, even if this Obtain returned first.
 		if counted {
 			st.ops++
 			if prevHolder >= 0 {
@@ -364,17 +386,17 @@ func contendedWorker(obtainCtx, releaseCtx context.Context, w *window, c *conten
 					st.same++
 				}
 			}
-			switch prev := &c.releases[(s-1)%n]; {
-			case prev.seq.Load() != s-1:
-				if s > 1 {
+			if freed := s - c.limit; freed > 0 {
+				switch prev := &c.releases[freed%n]; {
+				case prev.seq.Load() != freed:
 					st.unmatched++
+				case prev.waited.Load():
+					gap := acquired.Sub(c.base) - time.Duration(prev.at.Load())
+					if gap <= 0 {
+						st.nonPositive++
+					}
+					st.lat.record(gap)
 				}
-			case prev.waited.Load():
-				gap := acquired.Sub(c.base) - time.Duration(prev.at.Load())
-				if gap <= 0 {
-					st.nonPositive++
-				}
-				st.lat.record(gap)
 			}
 		}
 		others := c.waiting.Load() > 0
@@ -385,10 +407,14 @@ func contendedWorker(obtainCtx, releaseCtx context.Context, w *window, c *conten
 			st.holdSum += releasing.Sub(acquired)
 			st.releaseSum += released - releasing.Sub(c.base)
 		}
-		mark := &c.releases[s%n]
+		r := s
+		if c.limit > 1 {
+			r = c.released.Add(1)
+		}
+		mark := &c.releases[r%n]
 		mark.at.Store(int64(released))
 		mark.waited.Store(others)
-		mark.seq.Store(s)
+		mark.seq.Store(r)
 		if err != nil {
 			st.fail(fmt.Errorf("release: %w", err))
 		}
