@@ -416,8 +416,8 @@ func TestPermissionCheckWithMasterDown(t *testing.T) {
 	require.Equal(t, 3, scripts, "the second cycle sends the release to each master and no check: %v", cnt.all())
 }
 
-// semaphoreRule is what semaphores need beyond the lock's minimal rule,
-// from docs/acl.md.
+// semaphoreRule is what semaphores and read-write locks need beyond the
+// lock's minimal rule, from docs/acl.md.
 var semaphoreRule = []string{"+zremrangebyscore", "+zscore", "+zcard", "+zrange", "+pexpireat"}
 
 // exerciseSemaphore runs the semaphore's API as client.
@@ -446,6 +446,24 @@ func exerciseSemaphore(t *testing.T, client, admin redis.UniversalClient) {
 	require.NoError(t, p.Release(ctx))
 	require.NoError(t, <-got)
 	require.Zero(t, admin.Exists(ctx, "locksmith:"+key).Val(), "a permit is left behind")
+
+	// A read-write lock needs the same commands.
+	rw := l.RWMutex(key + "-rw")
+	r, err := rw.ObtainRead(ctx, locksmith.WithFencing())
+	require.NoError(t, err)
+	require.NoError(t, r.Refresh(ctx, 6*time.Second))
+	writer := make(chan error, 1)
+	go func() {
+		writer <- newLocker(t, client, locksmith.WithPrefix("locksmith:")).RWMutex(key+"-rw").WithWriteLock(ctx,
+			func(context.Context) error { return nil }, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+	}()
+	eventually(t, 5*time.Second, func() bool {
+		st, err := rw.Inspect(ctx)
+		return err == nil && st.WaitingWriters == 1
+	}, "the writer's intent")
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, <-writer)
+	require.Zero(t, admin.Exists(ctx, "locksmith:"+key+"-rw").Val(), "a hold is left behind")
 }
 
 func TestACLSemaphoreRule(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -118,6 +120,9 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 	for i := 0; i+1 < len(flat); i += 2 {
 		token, _ := flat[i].(string)
 		ms, _ := flat[i+1].(int64)
+		if strings.Contains(token, ":") {
+			return rawPermits{}, fmt.Errorf("%w: %q is not a semaphore's permit (a read-write lock's hold?)", errOtherKind, token)
+		}
 		raw.holders = append(raw.holders, PermitHolder{Token: token, TTL: time.Duration(ms) * time.Millisecond})
 	}
 	raw.fence, raw.hasFence = res[1].(string)

@@ -465,3 +465,21 @@ func TestRWMutexCluster(t *testing.T) {
 		t.Fatal("timed out")
 	}
 }
+
+func TestRWMutexAndSemaphoreInspectTellThemApart(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	l := newLocker(t, srv.Client(t))
+	key := uniqueKey(t)
+	p, err := l.Semaphore(key, 2).Acquire(ctx)
+	require.NoError(t, err)
+	_, err = l.RWMutex(key).Inspect(ctx)
+	require.Error(t, err, "a semaphore read as a read-write lock")
+	require.NoError(t, p.Release(ctx))
+
+	r, err := l.RWMutex(key).ObtainRead(ctx)
+	require.NoError(t, err)
+	_, err = l.Semaphore(key, 2).Inspect(ctx)
+	require.Error(t, err, "a read-write lock read as a semaphore")
+	require.NoError(t, r.Release(ctx))
+}

@@ -3,6 +3,9 @@ package locksmith
 import (
 	"context"
 	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -96,6 +99,11 @@ func (r rwStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, er
 	return time.Duration(res) * time.Millisecond, true, nil
 }
 
+// errOtherKind marks a key that holds another kind of hold than the one
+// inspected: a semaphore's permits where a read-write lock was expected,
+// or the other way round.
+var errOtherKind = errors.New("another kind of lock is stored there")
+
 // rawRW is what a store reads for RWMutex.Inspect.
 type rawRW struct {
 	readers  []PermitHolder
@@ -118,14 +126,14 @@ func (s scriptStore) inspectRW(ctx context.Context, k Keys) (rawRW, error) {
 	for i := 0; i+1 < len(flat); i += 2 {
 		member, _ := flat[i].(string)
 		ms, _ := flat[i+1].(int64)
-		if len(member) < 2 {
-			return rawRW{}, errBadReply
-		}
-		h := PermitHolder{Token: member[2:], TTL: time.Duration(ms) * time.Millisecond}
-		if member[0] == 'w' {
+		h := PermitHolder{Token: member[min(2, len(member)):], TTL: time.Duration(ms) * time.Millisecond}
+		switch {
+		case strings.HasPrefix(member, "w:"):
 			raw.writer = &h
-		} else {
+		case strings.HasPrefix(member, "r:"):
 			raw.readers = append(raw.readers, h)
+		default:
+			return rawRW{}, fmt.Errorf("%w: %q is not a member of a read-write lock (a semaphore's permit?)", errOtherKind, member)
 		}
 	}
 	raw.intents, _ = res[1].(int64)

@@ -201,6 +201,10 @@ and time left, and how many processes listen for its releases (waiting
 for a permit); --json then prints
   {"key":"payments","redis_key":"locksmith:payments","kind":"semaphore",
    "holders":[{"token":"9f...","ttl_ms":27514}],"listening":1}
+and for a read-write lock (the library's RWMutex) its readers, writer and
+waiting writers:
+  {"key":"cache","redis_key":"locksmith:cache","kind":"rwlock",
+   "readers":[{"token":"9f...","ttl_ms":27514}],"waiting_writers":1}
 It exits 0 whether the lock is free or held, and 69 if Redis cannot be
 read or holds something at these keys that locksmith did not write.
 

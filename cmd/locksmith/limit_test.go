@@ -124,3 +124,33 @@ func waitSubscribers(t *testing.T, client *redis.Client, key string, n int64) {
 		return err == nil && got[names.Channel] >= n
 	}, "%d subscribers to %q", n, names.Channel)
 }
+
+func TestStatusReadWriteLock(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	key := uniqueKey(t)
+	l := library.New(client, library.WithPrefix("locksmith:"))
+	defer l.Close()
+	r, err := l.RWMutex(key).ObtainRead(t.Context(), library.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(t.Context())
+	code, stdout, stderr := locksmith(t, nil, "status", "--redis", url, "--key", key, "--json")
+	var st struct {
+		Kind    string `json:"kind"`
+		Readers []struct {
+			Token string `json:"token"`
+		} `json:"readers"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, stdout %q, stderr %q (%v)", code, stdout, stderr, err)
+	}
+	if st.Kind != "rwlock" || len(st.Readers) != 1 || st.Readers[0].Token != r.Token() {
+		t.Errorf("status --json = %+v; want a read-write lock with reader %q", st, r.Token())
+	}
+	code, stdout, _ = locksmith(t, nil, "status", "--redis", url, "--key", key)
+	if code != 0 || !strings.Contains(stdout, "is held by 1 reader(s):") {
+		t.Errorf("status: exit %d, stdout %q; want the reader", code, stdout)
+	}
+}

@@ -70,3 +70,53 @@ func (st semaphoreState) describe(time.Time) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// rwState is a read-write lock as Redis has it: what status prints for a
+// key that holds one.
+type rwState struct {
+	Key      string `json:"key"`
+	RedisKey string `json:"redis_key"`
+	// Kind is "rwlock", to tell this object from a lock's.
+	Kind    string        `json:"kind"`
+	Readers []permitState `json:"readers"`
+	Writer  *permitState  `json:"writer,omitempty"`
+	// WaitingWriters counts the writers whose intent stops new readers.
+	WaitingWriters int   `json:"waiting_writers,omitempty"`
+	Fence          int64 `json:"fence,omitempty"`
+}
+
+func newRWState(c *connFlags, s locksmith.RWStatus) rwState {
+	st := rwState{Key: c.key, RedisKey: c.prefix + c.key, Kind: "rwlock", Fence: s.Fence,
+		WaitingWriters: s.WaitingWriters, Readers: []permitState{}}
+	for _, h := range s.Readers {
+		st.Readers = append(st.Readers, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
+	}
+	if w := s.Writer; w != nil {
+		st.Writer = &permitState{Token: w.Token, TTLMillis: w.TTL.Milliseconds()}
+	}
+	return st
+}
+
+func (st rwState) describe(time.Time) string {
+	name := fmt.Sprintf("read-write lock %q (Redis key %q)", st.Key, st.RedisKey)
+	var lines []string
+	switch {
+	case st.Writer != nil:
+		lines = append(lines, fmt.Sprintf("%s is held by writer %q, %v left", name, st.Writer.Token,
+			time.Duration(st.Writer.TTLMillis)*time.Millisecond))
+	case len(st.Readers) == 0:
+		lines = append(lines, name+" is free")
+	default:
+		lines = append(lines, fmt.Sprintf("%s is held by %d reader(s):", name, len(st.Readers)))
+	}
+	for _, h := range st.Readers {
+		lines = append(lines, fmt.Sprintf("  token %q, %v left", h.Token, time.Duration(h.TTLMillis)*time.Millisecond))
+	}
+	if st.WaitingWriters > 0 {
+		lines = append(lines, fmt.Sprintf("%d writer(s) waiting; new readers wait behind them", st.WaitingWriters))
+	}
+	if st.Fence != 0 {
+		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))
+	}
+	return strings.Join(lines, "\n")
+}

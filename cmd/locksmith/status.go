@@ -50,9 +50,11 @@ func (u *ui) status(args []string) int {
 	var st interface{ describe(time.Time) string }
 	s, err := locker.Inspect(ctx, f.key)
 	if redis.HasErrorPrefix(err, "WRONGTYPE") {
-		// Not a lock's string: a semaphore's sorted set (run --limit)?
-		ss, serr := locker.Semaphore(f.key, 1).Inspect(ctx)
-		if serr == nil {
+		// Not a lock's string: a sorted set, of a read-write lock or of a
+		// semaphore (run --limit)? Each Inspect refuses the other's.
+		if rs, rerr := locker.RWMutex(f.key).Inspect(ctx); rerr == nil {
+			st, err = newRWState(&f.connFlags, rs), nil
+		} else if ss, serr := locker.Semaphore(f.key, 1).Inspect(ctx); serr == nil {
 			st, err = newSemaphoreState(&f.connFlags, ss), nil
 		}
 	} else if err == nil {
