@@ -163,7 +163,7 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 		deleteIfOwned(ctx, lk)
 		return nil, acquireRes{cleaned: true}, notObtained(ctx, key)
 	}
-	return lk, acquireRes{}, nil
+	return lk, acquireRes{ok: true, more: res.more}, nil
 }
 
 // newLock makes the handle of an acquisition of rkey with token.
@@ -189,7 +189,7 @@ func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, 
 	lk.ttl = h.ttl
 	drift := cfg.driftFor(h.ttl)
 	lk.deadline = since.Add(h.ttl - drift)
-	l.notify.won(w, lk.deadline)
+	l.notify.won(w, lk.deadline, false)
 	if ctx.Err() != nil {
 		deleteIfOwned(ctx, lk)
 		return nil, notObtained(ctx, key)

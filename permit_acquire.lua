@@ -8,10 +8,11 @@
 -- ARGV[1]: the caller's token. ARGV[2]: the permit's TTL in ms. ARGV[3]:
 -- the caller's limit. ARGV[4]: how long the fence counter lives after it
 -- was last taken, in ms, or 0 for ever.
--- Returns {1, fence} when the caller holds a permit (fence is 0 without
--- a counter; a resend of this very call, whose first delivery took the
--- permit, takes it again with a new fence), or {0, ms} when the limit is
--- reached: ms until the earliest permit expires.
+-- Returns {1, fence, free} when the caller holds a permit (fence is 0
+-- without a counter; a resend of this very call, whose first delivery
+-- took the permit, takes it again with a new fence; free is how many
+-- permits are left), or {0, ms} when the limit is reached: ms until the
+-- earliest permit expires.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
 -- refused (TIME, the reads) runs before the first write, and the writes
@@ -28,6 +29,7 @@ if not redis.call('zscore', KEYS[1], ARGV[1]) and redis.call('zcard', KEYS[1]) >
   return {0, tonumber(first[2]) - now}
 end
 redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local free = tonumber(ARGV[3]) - redis.call('zcard', KEYS[1])
 local longest = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('pexpireat', KEYS[1], longest[2])
 local fence = 0
@@ -40,4 +42,4 @@ if KEYS[2] then
     redis.call('set', KEYS[2], string.format('%d', fence))
   end
 end
-return {1, fence}
+return {1, fence, free}

@@ -51,13 +51,13 @@ func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireR
 		// The script may have failed after it added the permit.
 		return acquireRes{}, landedError{err}
 	}
-	if len(res) != 2 {
-		return acquireRes{}, landedError{errBadReply}
-	}
-	if res[0] == 0 {
+	switch {
+	case len(res) == 2 && res[0] == 0:
 		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
+	case len(res) == 3 && res[0] == 1:
+		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
 	}
-	return acquireRes{ok: true, fence: res[1]}, nil
+	return acquireRes{}, landedError{errBadReply}
 }
 
 // errBadReply marks a script reply of the wrong shape.

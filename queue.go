@@ -239,14 +239,16 @@ func (n *notifier) takeHandoff(w *waiter) (*handoff, time.Time) {
 }
 
 // won reports that w got the lock, by its attempt or a handoff: it leaves
-// the queue, and its lock expires at holderUntil.
-func (n *notifier) won(w *waiter, holderUntil time.Time) {
+// the queue, and its lock expires at holderUntil. more is set when the
+// attempt found more free (a permit, room for readers): the next waiter
+// of a shared hold then tries at once.
+func (n *notifier) won(w *waiter, holderUntil time.Time, more bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.triedLocked(w, true, holderUntil)
 	w.done = true
 	n.removeLocked(w)
-	if w.shares {
+	if w.shares && more {
 		n.kickLocked(w.q)
 	}
 }

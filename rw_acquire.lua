@@ -14,9 +14,10 @@
 -- 0 to leave none (a writer that will not wait).
 -- ARGV[4]: how long the fence counter lives after it was last taken, in
 -- ms, or 0 for ever.
--- Returns {1, fence} when the caller holds (a resend of this very call,
--- whose first delivery took the hold, takes it again with a new fence),
--- or {0, ms}: how long until what stops the caller expires, unless it is
+-- Returns {1, fence, more} when the caller holds (a resend of this very
+-- call, whose first delivery took the hold, takes it again with a new
+-- fence; more is 1 when more readers may enter now, 0 otherwise), or
+-- {0, ms}: how long until what stops the caller expires, unless it is
 -- renewed.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
@@ -102,4 +103,9 @@ if KEYS[2] then
     redis.call('set', KEYS[2], string.format('%d', fence))
   end
 end
-return {1, fence}
+-- Readers enter only when no writer holds or waits: so may the next.
+local more = 0
+if not writing then
+  more = 1
+end
+return {1, fence, more}

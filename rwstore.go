@@ -61,13 +61,13 @@ func (s scriptStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inte
 		// The script may have failed after it added the hold.
 		return acquireRes{}, landedError{err}
 	}
-	if len(res) != 2 {
-		return acquireRes{}, landedError{errBadReply}
-	}
-	if res[0] == 0 {
+	switch {
+	case len(res) == 2 && res[0] == 0:
 		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
+	case len(res) == 3 && res[0] == 1:
+		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
 	}
-	return acquireRes{ok: true, fence: res[1]}, nil
+	return acquireRes{}, landedError{errBadReply}
 }
 
 func (s scriptStore) rwHandles() holdStore { return rwStore{s} }

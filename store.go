@@ -254,7 +254,10 @@ const (
 // with the holder's remaining TTL, negative when its key has no expiry,
 // and, for a queued attempt, the holder's token.
 type acquireRes struct {
-	ok        bool
+	ok bool
+	// more is set, with ok, when a shared hold was taken and more may be
+	// free (another permit, room for more readers).
+	more      bool
 	fence     int64
 	acked     int
 	holderTTL time.Duration

@@ -151,7 +151,7 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 		}
 		l.notify.observe(time.Since(start))
 		if lk != nil {
-			l.notify.won(w, lk.Deadline())
+			l.notify.won(w, lk.Deadline(), res.more)
 			return lk, nil
 		}
 		l.notify.lost(w, res, start)
