@@ -483,3 +483,38 @@ func TestRWMutexAndSemaphoreInspectTellThemApart(t *testing.T) {
 	require.Error(t, err, "a read-write lock read as a semaphore")
 	require.NoError(t, r.Release(ctx))
 }
+
+func TestRWMutexBudgetIsTheDelays(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	key := uniqueKey(t)
+	w, err := newLocker(t, srv.Client(t)).RWMutex(key).ObtainWrite(ctx, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	m := newLocker(t, srv.Client(t)).RWMutex(key)
+	const d, n = 20 * time.Millisecond, 5
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			obtain := m.ObtainRead
+			if i%2 == 0 {
+				obtain = m.ObtainWrite
+			}
+			start := time.Now()
+			_, err := obtain(ctx, locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(d), n)))
+			if !errors.Is(err, locksmith.ErrNotObtained) {
+				t.Errorf("obtain = %v, want ErrNotObtained", err)
+			}
+			if waited := time.Since(start); waited < n*d-d/2 {
+				t.Errorf("gave up after %v, before its %d delays of %v", waited, n, d)
+			}
+		}()
+	}
+	wg.Wait()
+	st, err := m.Inspect(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.WaitingWriters, "writers that gave up left their intents")
+	require.NoError(t, w.Release(ctx))
+	require.Zero(t, srv.Client(t).Exists(ctx, key).Val())
+}

@@ -60,6 +60,39 @@ func TestSentinelLocks(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, lk.Release(ctx))
 	})
+
+	t.Run("semaphore", func(t *testing.T) {
+		key := uniqueKey(t)
+		sem := newLocker(t, s.Client(t), locksmith.WithFencing()).Semaphore(key, 1)
+		p, err := sem.Acquire(ctx, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			got <- newLocker(t, s.Client(t)).Semaphore(key, 1).WithPermit(ctx, func(context.Context) error { return nil },
+				locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		}()
+		waitSubscribed(t, s.Client(t), plainNames(key).Channel, 1)
+		require.NoError(t, p.Release(ctx))
+		require.NoError(t, <-got, "the waiter did not hear the release")
+	})
+
+	t.Run("read-write lock", func(t *testing.T) {
+		key := uniqueKey(t)
+		m := newLocker(t, s.Client(t)).RWMutex(key)
+		r, err := m.ObtainRead(ctx, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			got <- newLocker(t, s.Client(t)).RWMutex(key).WithWriteLock(ctx, func(context.Context) error { return nil },
+				locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		}()
+		eventually(t, 5*time.Second, func() bool {
+			st, err := m.Inspect(ctx)
+			return err == nil && st.WaitingWriters == 1
+		}, "the writer's intent")
+		require.NoError(t, r.Release(ctx))
+		require.NoError(t, <-got, "the writer did not hear the release")
+	})
 }
 
 // TestSentinelFailover kills the master while locks are held and lets the
