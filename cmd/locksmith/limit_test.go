@@ -154,3 +154,27 @@ func TestStatusReadWriteLock(t *testing.T) {
 		t.Errorf("status: exit %d, stdout %q; want the reader", code, stdout)
 	}
 }
+
+// release --force deletes only locks: a semaphore's key is left alone,
+// with an error that says why.
+func TestReleaseRefusesSemaphore(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	key := uniqueKey(t)
+	l := library.New(client, library.WithPrefix("locksmith:"))
+	defer l.Close()
+	p, err := l.Semaphore(key, 2).Acquire(t.Context(), library.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := locksmith(t, nil, "release", "--redis", url, "--key", key, "--force")
+	if code == 0 || stdout != "" || !strings.Contains(stderr, "semaphore or a read-write lock") {
+		t.Errorf("release --force on a semaphore: exit %d, stdout %q, stderr %q; want a refusal", code, stdout, stderr)
+	}
+	if _, err := p.TTL(t.Context()); err != nil {
+		t.Errorf("the permit was touched: %v", err)
+	}
+	if err := p.Release(t.Context()); err != nil {
+		t.Error(err)
+	}
+}

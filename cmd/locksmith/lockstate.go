@@ -35,7 +35,15 @@ type lockState struct {
 	// (about one per waiting process); absent when there are none.
 	// release does not read it.
 	Queued int `json:"queued,omitempty"`
+
+	// otherKind is set by deleteLock when the key it deleted held a
+	// semaphore or a read-write lock, not a lock.
+	otherKind bool
 }
+
+// errNotALock is deleteLock's refusal of a semaphore's or read-write
+// lock's key.
+var errNotALock = errors.New("the key holds a semaphore or a read-write lock, not a lock; release --force deletes only locks (see status)")
 
 // doneState is the record run --once keeps of a success.
 type doneState struct {
@@ -66,6 +74,12 @@ func deleteLock(ctx context.Context, client redis.UniversalClient, c *connFlags)
 		return lockState{}, err
 	}
 	st := lockState{Key: c.key, RedisKey: keys.Lock}
+	// A semaphore or a read-write lock is a sorted set: GET refuses it.
+	// Look before the transaction, in which a refused GET would not stop
+	// the DEL.
+	if err := client.Get(ctx, st.RedisKey).Err(); redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return st, errNotALock
+	}
 	var (
 		get  *redis.StringCmd
 		pttl *redis.DurationCmd
@@ -82,6 +96,12 @@ func deleteLock(ctx context.Context, client redis.UniversalClient, c *connFlags)
 	token, err := get.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
+		return st, nil
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		// It became a semaphore or a read-write lock since the look
+		// above, and the DEL deleted it: say so, it is done.
+		st.Held, st.otherKind = true, true
+		announceRelease(ctx, client, keys.Channel)
 		return st, nil
 	case err != nil:
 		return st, err

@@ -54,6 +54,10 @@ func (u *ui) release(args []string) int {
 		fmt.Fprintf(u.stdout, "%s is free; nothing deleted\n", st.name())
 		return exitOK
 	}
+	if st.otherKind {
+		fmt.Fprintf(u.stdout, "deleted %s, which had just become a semaphore or a read-write lock\n", st.name())
+		return exitOK
+	}
 	fmt.Fprintf(u.stdout, "deleted %s, held by token %q, %s\n", st.name(), st.Token, st.remaining())
 	return exitOK
 }
