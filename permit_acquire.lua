@@ -17,8 +17,7 @@
 -- Redis does not undo a script that fails halfway: everything that can be
 -- refused (TIME, the reads) runs before the first write, and the writes
 -- that follow the first are allowed even under maxmemory.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- (hold_lib.lua comes first: it sets t and now.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
@@ -30,16 +29,9 @@ if not redis.call('zscore', KEYS[1], ARGV[1]) and redis.call('zcard', KEYS[1]) >
 end
 redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 local free = tonumber(ARGV[3]) - redis.call('zcard', KEYS[1])
-local longest = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('pexpireat', KEYS[1], longest[2])
+keep(KEYS[1])
 local fence = 0
 if KEYS[2] then
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  fence = math.max(tonumber(last_fence or '0') + 1, now_us)
-  if ARGV[4] ~= '0' then
-    redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
-  else
-    redis.call('set', KEYS[2], string.format('%d', fence))
-  end
+  fence = take_fence(KEYS[2], last_fence, ARGV[4])
 end
 return {1, fence, free}

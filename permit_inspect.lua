@@ -4,8 +4,7 @@
 -- counter.
 -- Returns {permits, fence}: permits is a flat list of token, ms left,
 -- earliest expiry first; fence is the counter's value, or false.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- (hold_lib.lua comes first: it sets t and now.)
 local live = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 local permits = {}
 for i = 1, #live, 2 do

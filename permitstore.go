@@ -3,30 +3,24 @@ package locksmith
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 )
 
 // The store side of semaphores (see semaphore.go): one sorted set per
-// semaphore, its permits' tokens scored by their expiry, and the scripts
-// that take, renew and give back one permit.
+// semaphore, its permits' tokens scored by their expiry, the script that
+// takes one and the one that reads them all. Permits are renewed and
+// given back by the scripts of every sorted-set hold (holdstore.go).
 
 var (
 	//go:embed permit_acquire.lua
 	permitAcquireSrc string
-	//go:embed permit_release.lua
-	permitReleaseSrc string
-	//go:embed permit_refresh.lua
-	permitRefreshSrc string
-	//go:embed permit_pttl.lua
-	permitPTTLSrc string
+	//go:embed permit_inspect.lua
+	permitInspectSrc string
 
-	permitAcquireLua = newLuaScript(permitAcquireSrc)
-	permitReleaseLua = newLuaScript(permitReleaseSrc)
-	permitRefreshLua = newLuaScript(permitRefreshSrc)
-	permitPTTLLua    = newLuaScript(permitPTTLSrc)
+	permitAcquireLua = newHoldScript(permitAcquireSrc)
+	permitInspectLua = newHoldScript(permitInspectSrc)
 )
 
 // permitReq is one attempt to take a permit: add token to the semaphore
@@ -39,63 +33,10 @@ type permitReq struct {
 }
 
 func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
-	args := make([]any, 4, 9)
-	args[3] = req.lockKey
-	if req.fenced() {
-		args = append(args, req.fence)
-	}
-	args[2] = len(args) - 3
-	args = append(args, req.token, req.ttlMS, req.limit, req.fenceTTLMS)
-	res, err := permitAcquireLua.run(ctx, s.client, args).Int64Slice()
-	if err != nil {
-		// The script may have failed after it added the permit.
-		return acquireRes{}, landedError{err}
-	}
-	switch {
-	case len(res) == 2 && res[0] == 0:
-		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
-	case len(res) == 3 && res[0] == 1:
-		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
-	}
-	return acquireRes{}, landedError{errBadReply}
+	return s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
 }
 
-// errBadReply marks a script reply of the wrong shape.
-var errBadReply = errors.New("unexpected reply from the permit script")
-
-func (s scriptStore) permits() holdStore { return permitStore{s} }
-
-// permitStore runs a permit handle's operations: see holdStore.
-type permitStore struct{ s scriptStore }
-
-func (p permitStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	res, err := permitReleaseLua.run(ctx, p.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ref.channel, p.s.publish()}).Int64()
-	return res == 1, err
-}
-
-// withdraw is release: a semaphore's waiters are not queued in Redis.
-func (p permitStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {
-	return p.release(ctx, ref)
-}
-
-func (p permitStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	res, err := permitRefreshLua.run(ctx, p.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
-	return res == 1, err
-}
-
-func (p permitStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
-	res, err := permitPTTLLua.run(ctx, p.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
-	if err != nil || res == pttlNotHeld {
-		return 0, false, err
-	}
-	return time.Duration(res) * time.Millisecond, true, nil
-}
-
-var (
-	//go:embed permit_inspect.lua
-	permitInspectSrc string
-	permitInspectLua = newLuaScript(permitInspectSrc)
-)
+func (s scriptStore) permits() holdStore { return setStore{s} }
 
 // rawPermits is what a store reads for Semaphore.Inspect.
 type rawPermits struct {

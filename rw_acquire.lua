@@ -22,8 +22,7 @@
 --
 -- Redis does not undo a script that fails halfway: everything that can be
 -- refused (TIME, the reads) runs before the first write.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- (hold_lib.lua comes first: it sets t and now.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
@@ -31,22 +30,6 @@ end
 local me = ARGV[1]
 local writing = string.sub(me, 1, 2) == 'w:'
 local intent = 'q:' .. string.sub(me, 3)
-
--- The set lives as long as its latest member.
-local function keep()
-  local at = 0
-  local hi = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
-  if hi[2] and tonumber(hi[2]) > 0 then
-    at = tonumber(hi[2])
-  end
-  local lo = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
-  if lo[2] and tonumber(lo[2]) < 0 then
-    at = math.max(at, -tonumber(lo[2]))
-  end
-  if at > 0 then
-    redis.call('pexpireat', KEYS[1], at)
-  end
-end
 
 redis.call('zremrangebyscore', KEYS[1], '(0', now)
 redis.call('zremrangebyscore', KEYS[1], -now, '(0')
@@ -74,7 +57,7 @@ if not resend then
     if writer_left >= 0 or reader_until > 0 then
       if ARGV[3] ~= '0' then
         redis.call('zadd', KEYS[1], -(now + tonumber(ARGV[3])), intent)
-        keep()
+        keep(KEYS[1])
       end
       if writer_left >= 0 then
         return {0, writer_left}
@@ -92,16 +75,10 @@ if writing then
 else
   redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), me)
 end
-keep()
+keep(KEYS[1])
 local fence = 0
 if KEYS[2] then
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  fence = math.max(tonumber(last_fence or '0') + 1, now_us)
-  if ARGV[4] ~= '0' then
-    redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
-  else
-    redis.call('set', KEYS[2], string.format('%d', fence))
-  end
+  fence = take_fence(KEYS[2], last_fence, ARGV[4])
 end
 -- Readers enter only when no writer holds or waits: so may the next.
 local more = 0

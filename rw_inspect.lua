@@ -4,8 +4,7 @@
 -- Returns {holds, intents, fence}: holds is a flat list of member, ms
 -- left, for the unexpired readers and writer; intents counts the waiting
 -- writers' unexpired intents; fence is the counter's value, or false.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- (hold_lib.lua comes first: it sets t and now.)
 local holds, intents = {}, 0
 local readers = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #readers, 2 do

@@ -11,26 +11,18 @@ import (
 
 // The store side of read-write locks (see rwmutex.go): one sorted set per
 // lock, readers scored by their expiry and the writer and the waiting
-// writers' intents by minus theirs, and the scripts that take, renew and
-// give back one hold.
+// writers' intents by minus theirs, the script that takes a hold and the
+// one that reads them all. Holds are renewed and given back by the
+// scripts of every sorted-set hold (holdstore.go).
 
 var (
 	//go:embed rw_acquire.lua
 	rwAcquireSrc string
-	//go:embed rw_release.lua
-	rwReleaseSrc string
-	//go:embed rw_refresh.lua
-	rwRefreshSrc string
-	//go:embed rw_pttl.lua
-	rwPTTLSrc string
 	//go:embed rw_inspect.lua
 	rwInspectSrc string
 
-	rwAcquireLua = newLuaScript(rwAcquireSrc)
-	rwReleaseLua = newLuaScript(rwReleaseSrc)
-	rwRefreshLua = newLuaScript(rwRefreshSrc)
-	rwPTTLLua    = newLuaScript(rwPTTLSrc)
-	rwInspectLua = newLuaScript(rwInspectSrc)
+	rwAcquireLua = newHoldScript(rwAcquireSrc)
+	rwInspectLua = newHoldScript(rwInspectSrc)
 )
 
 // rwIntentLifeMS is how long a waiting writer's intent lives unless its
@@ -49,55 +41,10 @@ func (s scriptStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inte
 	if intent {
 		life = rwIntentLifeMS
 	}
-	args := make([]any, 4, 9)
-	args[3] = ref.lockKey
-	if ref.fenced() {
-		args = append(args, ref.fence)
-	}
-	args[2] = len(args) - 3
-	args = append(args, ref.token, ttlMS, life, ref.fenceTTLMS)
-	res, err := rwAcquireLua.run(ctx, s.client, args).Int64Slice()
-	if err != nil {
-		// The script may have failed after it added the hold.
-		return acquireRes{}, landedError{err}
-	}
-	switch {
-	case len(res) == 2 && res[0] == 0:
-		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
-	case len(res) == 3 && res[0] == 1:
-		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
-	}
-	return acquireRes{}, landedError{errBadReply}
+	return s.acquireHold(ctx, rwAcquireLua, ref, ttlMS, life)
 }
 
-func (s scriptStore) rwHandles() holdStore { return rwStore{s} }
-
-// rwStore runs the operations of a read-write lock's handles: see
-// holdStore. A handle's ref.token is its member.
-type rwStore struct{ s scriptStore }
-
-func (r rwStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	res, err := rwReleaseLua.run(ctx, r.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ref.channel, r.s.publish()}).Int64()
-	return res == 1, err
-}
-
-// withdraw is release, which also withdraws a writer's intent.
-func (r rwStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {
-	return r.release(ctx, ref)
-}
-
-func (r rwStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	res, err := rwRefreshLua.run(ctx, r.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
-	return res == 1, err
-}
-
-func (r rwStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
-	res, err := rwPTTLLua.run(ctx, r.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
-	if err != nil || res == pttlNotHeld {
-		return 0, false, err
-	}
-	return time.Duration(res) * time.Millisecond, true, nil
-}
+func (s scriptStore) rwHandles() holdStore { return setStore{s} }
 
 // errOtherKind marks a key that holds another kind of hold than the one
 // inspected: a semaphore's permits where a read-write lock was expected,

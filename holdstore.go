@@ -1,0 +1,91 @@
+package locksmith
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"time"
+)
+
+// The store side of the holds kept in one sorted set per name (see
+// hold.go): a semaphore's permits (permitstore.go) and a read-write lock's
+// holds (rwstore.go). Each member is a hold, scored by its expiry in
+// server milliseconds, or by minus it for a read-write lock's writers; the
+// handle scripts serve both.
+
+var (
+	//go:embed hold_lib.lua
+	holdLibSrc string
+	//go:embed hold_release.lua
+	holdReleaseSrc string
+	//go:embed hold_refresh.lua
+	holdRefreshSrc string
+	//go:embed hold_pttl.lua
+	holdPTTLSrc string
+
+	holdReleaseLua = newHoldScript(holdReleaseSrc)
+	holdRefreshLua = newHoldScript(holdRefreshSrc)
+	holdPTTLLua    = newHoldScript(holdPTTLSrc)
+)
+
+// newHoldScript returns the script src, after hold_lib.lua, which every
+// script of a sorted-set hold starts with.
+func newHoldScript(src string) luaScript { return newLuaScript(holdLibSrc + src) }
+
+// errBadReply marks a script reply of the wrong shape.
+var errBadReply = errors.New("unexpected reply from a script")
+
+// acquireHold runs script, an acquire script of a sorted-set hold, for
+// ref with its arguments: the member (ref.token), the TTL in ms, extra,
+// and the fence counter's TTL. The script answers {1, fence, more} or
+// {0, ms until what stops the caller expires}.
+func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
+	args := make([]any, 4, 9)
+	args[3] = ref.lockKey
+	if ref.fenced() {
+		args = append(args, ref.fence)
+	}
+	args[2] = len(args) - 3
+	args = append(args, ref.token, ttlMS, extra, ref.fenceTTLMS)
+	res, err := script.run(ctx, s.client, args).Int64Slice()
+	if err != nil {
+		// The script may have failed after it added the hold.
+		return acquireRes{}, landedError{err}
+	}
+	switch {
+	case len(res) == 2 && res[0] == 0:
+		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
+	case len(res) == 3 && res[0] == 1:
+		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
+	}
+	return acquireRes{}, landedError{errBadReply}
+}
+
+// setStore runs the operations of the handles of sorted-set holds: see
+// holdStore. A handle's ref.token is its member.
+type setStore struct{ s scriptStore }
+
+func (h setStore) release(ctx context.Context, ref lockRef) (bool, error) {
+	res, err := holdReleaseLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ref.channel, h.s.publish()}).Int64()
+	return res == 1, err
+}
+
+// withdraw is release: waiters for these holds are not queued in Redis
+// (a waiting writer's intent, which the release script also withdraws,
+// is the one trace they leave).
+func (h setStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {
+	return h.release(ctx, ref)
+}
+
+func (h setStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
+	res, err := holdRefreshLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
+	return res == 1, err
+}
+
+func (h setStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
+	res, err := holdPTTLLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
+	if err != nil || res == pttlNotHeld {
+		return 0, false, err
+	}
+	return time.Duration(res) * time.Millisecond, true, nil
+}
