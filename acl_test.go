@@ -499,3 +499,18 @@ func TestACLSemaphoreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "ZCARD locksmith:"+key)
 	require.Zero(t, admin.Exists(t.Context(), "locksmith:"+key).Val())
 }
+
+// TestACLSemaphoreInspectWithoutNumsub: a user without PUBSUB NUMSUB still
+// inspects a semaphore; only the count of waiting processes is unknown.
+func TestACLSemaphoreInspectWithoutNumsub(t *testing.T) {
+	srv := redistest.New(t)
+	client, _ := aclUser(t, srv, append(slices.Clone(minimalRule), semaphoreRule...)...)
+	sem := newLocker(t, client, locksmith.WithPrefix("locksmith:")).Semaphore(uniqueKey(t), 2)
+	p, err := sem.Acquire(t.Context())
+	require.NoError(t, err)
+	st, err := sem.Inspect(t.Context())
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 1)
+	require.Equal(t, -1, st.Listening)
+	require.NoError(t, p.Release(t.Context()))
+}

@@ -156,7 +156,9 @@ type SemaphoreStatus struct {
 	// semaphore's releases: about one per Locker with Acquire calls
 	// waiting for a permit (a Locker keeps listening for half a second
 	// after its last wait). Waiters for a permit are not queued in
-	// Redis, so this is the only trace of them there.
+	// Redis, so this is the only trace of them there. It is -1 when they
+	// could not be counted: PUBSUB NUMSUB (SHARDNUMSUB on Redis Cluster)
+	// was refused.
 	Listening int
 }
 

@@ -22,7 +22,8 @@ type semaphoreState struct {
 	// --fencing); absent when none was.
 	Fence int64 `json:"fence,omitempty"`
 	// Listening is how many connections listen for the semaphore's
-	// releases: about one per process waiting for a permit.
+	// releases: about one per process waiting for a permit; -1 when the
+	// Redis user may not count them.
 	Listening int `json:"listening,omitempty"`
 }
 
@@ -58,9 +59,11 @@ func (st semaphoreState) describe(time.Time) string {
 	for _, h := range st.Holders {
 		lines = append(lines, fmt.Sprintf("  token %q, %v left", h.Token, time.Duration(h.TTLMillis)*time.Millisecond))
 	}
-	switch st.Listening {
-	case 0:
-	case 1:
+	switch {
+	case st.Listening < 0:
+		lines = append(lines, "waiting processes not counted: the Redis user may not run PUBSUB NUMSUB")
+	case st.Listening == 0:
+	case st.Listening == 1:
 		lines = append(lines, "1 process listening for its releases (waiting for a permit)")
 	default:
 		lines = append(lines, fmt.Sprintf("%d processes listening for its releases (waiting for a permit)", st.Listening))
