@@ -514,3 +514,46 @@ func TestACLSemaphoreInspectWithoutNumsub(t *testing.T) {
 	require.Equal(t, -1, st.Listening)
 	require.NoError(t, p.Release(t.Context()))
 }
+
+// TestSharedHoldsUnderMaxmemory: with memory full, a semaphore's or a
+// read-write lock's acquire is refused as an error (not as a full
+// semaphore or a held lock) and leaves nothing; holds taken before can
+// still be given back, which frees memory.
+func TestSharedHoldsUnderMaxmemory(t *testing.T) {
+	srv := redistest.New(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+	ctx := t.Context()
+	client := newClient(t, srv.Options(), nil)
+	l := newLocker(t, client)
+	key := uniqueKey(t)
+	sem, rw := l.Semaphore(key+":sem", 3), l.RWMutex(key+":rw")
+	p, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	r, err := rw.ObtainRead(ctx)
+	require.NoError(t, err)
+
+	// Big values first, then small ones: a refused big SET frees its
+	// buffer, which leaves room for small writes.
+	for _, size := range []int{64 << 10, 64} {
+		v := strings.Repeat("x", size)
+		for i := 0; ; i++ {
+			err := client.Set(ctx, "fill:"+uniqueKey(t), v, 0).Err()
+			if err != nil {
+				require.True(t, redis.HasErrorPrefix(err, "OOM"), "filling: %v", err)
+				break
+			}
+			require.Less(t, i, 100000, "memory never filled")
+		}
+	}
+	_, err = sem.Acquire(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained, "a refused write is not a full semaphore")
+	_, err = rw.ObtainWrite(ctx, locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(10*time.Millisecond), 2)))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained, "a refused write is not a held lock")
+	require.Equal(t, []string{p.Token()}, client.ZRange(ctx, key+":sem", 0, -1).Val(), "a refused acquire left a permit")
+	require.Equal(t, []string{"r:" + r.Token()}, client.ZRange(ctx, key+":rw", 0, -1).Val(), "a refused acquire left a hold or an intent")
+
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, r.Release(ctx))
+	require.Zero(t, client.Exists(ctx, key+":sem", key+":rw").Val())
+}

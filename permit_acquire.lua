@@ -15,19 +15,24 @@
 -- earliest permit expires.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
--- refused (TIME, the reads) runs before the first write, and the writes
--- that follow the first are allowed even under maxmemory.
+-- refused (TIME, the reads) runs before the first write. The first write
+-- is the ZADD, which Redis refuses when memory is full (maxmemory with
+-- noeviction): then nothing is written. The writes after it are allowed
+-- even then. A refused caller writes nothing; the expired permits are
+-- counted out, and dropped by the next caller that takes one.
 -- (hold_lib.lua comes first: it sets t and now.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
 end
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
-if not redis.call('zscore', KEYS[1], ARGV[1]) and redis.call('zcard', KEYS[1]) >= tonumber(ARGV[3]) then
-  local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES')
+local mine = redis.call('zscore', KEYS[1], ARGV[1])
+local live = redis.call('zcount', KEYS[1], '(' .. now, '+inf')
+if not (mine and tonumber(mine) > now) and live >= tonumber(ARGV[3]) then
+  local first = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return {0, tonumber(first[2]) - now}
 end
 redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 local free = tonumber(ARGV[3]) - redis.call('zcard', KEYS[1])
 keep(KEYS[1])
 local fence = 0

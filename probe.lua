@@ -41,6 +41,8 @@ if needs('l') then
   check('pttl', lock)
 end
 if needs('s') then
+  check('zcount', lock, '0', '1')
+  check('zrangebyscore', lock, '0', '1', 'WITHSCORES', 'LIMIT', '0', '1')
   check('zremrangebyscore', lock, '-inf', '0')
   check('zscore', lock, 'm')
   check('zcard', lock)

@@ -21,7 +21,11 @@
 -- renewed.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
--- refused (TIME, the reads) runs before the first write.
+-- refused (TIME, the reads) runs before the first write. The first write
+-- is a ZADD, which Redis refuses when memory is full (maxmemory with
+-- noeviction): then nothing is written. The writes after it are allowed
+-- even then. A refused reader writes nothing; the expired members are
+-- counted out, and dropped by the next caller that writes.
 -- (hold_lib.lua comes first: it sets t and now.)
 local last_fence
 if KEYS[2] then
@@ -31,14 +35,18 @@ local me = ARGV[1]
 local writing = string.sub(me, 1, 2) == 'w:'
 local intent = 'q:' .. string.sub(me, 3)
 
-redis.call('zremrangebyscore', KEYS[1], '(0', now)
-redis.call('zremrangebyscore', KEYS[1], -now, '(0')
-local resend = redis.call('zscore', KEYS[1], me)
-if not resend then
-  -- The writers' range: at most one writer, and the intents.
+local function drop_expired()
+  redis.call('zremrangebyscore', KEYS[1], '(0', now)
+  redis.call('zremrangebyscore', KEYS[1], -now, '(0')
+end
+
+local mine = redis.call('zscore', KEYS[1], me)
+if not (mine and math.abs(tonumber(mine)) > now) then
+  -- The writers' range, unexpired (scores below -now): at most one
+  -- writer, and the intents.
   local writer_left = -1
   local latest_writer = 0
-  local others = redis.call('zrangebyscore', KEYS[1], '-inf', '(0', 'WITHSCORES')
+  local others = redis.call('zrangebyscore', KEYS[1], '-inf', '(' .. -now, 'WITHSCORES')
   for i = 1, #others, 2 do
     local expires = -tonumber(others[i + 1])
     if string.sub(others[i], 1, 2) == 'w:' then
@@ -51,12 +59,13 @@ if not resend then
   if writing then
     local readers = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
     local reader_until = 0
-    if readers[2] and tonumber(readers[2]) > 0 then
+    if readers[2] and tonumber(readers[2]) > now then
       reader_until = tonumber(readers[2])
     end
     if writer_left >= 0 or reader_until > 0 then
       if ARGV[3] ~= '0' then
         redis.call('zadd', KEYS[1], -(now + tonumber(ARGV[3])), intent)
+        drop_expired()
         keep(KEYS[1])
       end
       if writer_left >= 0 then
@@ -70,11 +79,12 @@ if not resend then
 end
 
 if writing then
-  redis.call('zrem', KEYS[1], intent)
   redis.call('zadd', KEYS[1], -(now + tonumber(ARGV[2])), me)
+  redis.call('zrem', KEYS[1], intent)
 else
   redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), me)
 end
+drop_expired()
 keep(KEYS[1])
 local fence = 0
 if KEYS[2] then
