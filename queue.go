@@ -216,6 +216,41 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, head bool) {
 	return false, tryAt, true
 }
 
+// ahead moves w, which just joined, ahead of the waiters of its queue
+// whose attempts leave no mark in Redis (readers, when w is a writer whose
+// attempt left an intent that stops them). A new head is told to look at
+// the queue again.
+func (n *notifier) ahead(w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !w.queue {
+		return
+	}
+	q := w.q
+	at := -1
+	for i, o := range q.waiters {
+		if o == w {
+			break
+		}
+		if at < 0 && !o.queue {
+			at = i
+		}
+	}
+	if at < 0 {
+		return
+	}
+	i := at
+	for q.waiters[i] != w {
+		i++
+	}
+	copy(q.waiters[at+1:i+1], q.waiters[at:i])
+	q.waiters[at] = w
+	if at == 0 {
+		w.signal()
+		q.waiters[1].signal()
+	}
+}
+
 // sending records that w is about to send an attempt.
 func (n *notifier) sending(w *waiter) {
 	if !w.queue {

@@ -112,3 +112,33 @@ func TestQueueMissedHandoffIsTried(t *testing.T) {
 	tryNow, _, _ := n.plan(w2)
 	require.True(t, tryNow, "the waiter the lock was handed to tries, though not the head")
 }
+
+// TestQueueWriterGoesAheadOfReaders: a writer whose attempt left an intent
+// in Redis goes ahead of the readers that joined its Locker's queue
+// meanwhile (they cannot enter past the intent), but not ahead of another
+// writer; as the new head it is told to look again, and so is the head it
+// replaced.
+func TestQueueWriterGoesAheadOfReaders(t *testing.T) {
+	n, _ := fakeNotifier(t)
+	const ch = "c"
+	r1, r2 := joinFake(n, ch, "r1"), joinFake(n, ch, "r2")
+	woken(r1)
+	w1 := n.join(context.Background(), ch, ticket{}, acquireRes{holderTTL: -1}, "w1", true, time.Now())
+	n.ahead(w1)
+	require.Equal(t, []*waiter{w1, r1, r2}, w1.q.waiters)
+	require.True(t, woken(w1), "the new head was not told")
+	require.True(t, woken(r1), "the old head was not told")
+	_, tryAt, head := n.plan(w1)
+	require.True(t, head)
+	require.False(t, tryAt.IsZero(), "the writer renews its intent")
+	_, _, head = n.plan(r1)
+	require.False(t, head)
+
+	w2 := n.join(context.Background(), ch, ticket{}, acquireRes{holderTTL: -1}, "w2", true, time.Now())
+	n.ahead(w2)
+	require.Equal(t, []*waiter{w1, w2, r1, r2}, w1.q.waiters, "behind the writer, ahead of the readers")
+
+	r3 := joinFake(n, ch, "r3")
+	n.ahead(r3) // readers stay where they arrived
+	require.Equal(t, []*waiter{w1, w2, r1, r2, r3}, w1.q.waiters)
+}

@@ -227,7 +227,17 @@ func TestRWMutexExclusion(t *testing.T) {
 		bad                           atomic.Int64
 		done                          atomic.Int64
 		wg                            sync.WaitGroup
+		// lastEntry and longestGap: the longest stretch without an
+		// entry, in nanoseconds since start.
+		start                 = time.Now()
+		lastEntry, longestGap atomic.Int64
 	)
+	entered := func() {
+		now := int64(time.Since(start))
+		if gap := now - lastEntry.Swap(now); gap > longestGap.Load() {
+			longestGap.Store(gap)
+		}
+	}
 	const lockers, workers, rounds = 3, 12, 5
 	for range lockers {
 		m := newLocker(t, srv.Client(t), locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond))).RWMutex(key)
@@ -239,6 +249,7 @@ func TestRWMutexExclusion(t *testing.T) {
 					var err error
 					if (i+r)%5 == 0 {
 						err = m.WithWriteLock(ctx, func(context.Context) error {
+							entered()
 							if writers.Add(1) != 1 || readers.Load() != 0 {
 								bad.Add(1)
 							}
@@ -248,6 +259,7 @@ func TestRWMutexExclusion(t *testing.T) {
 						})
 					} else {
 						err = m.WithReadLock(ctx, func(context.Context) error {
+							entered()
 							n := readers.Add(1)
 							if writers.Load() != 0 {
 								bad.Add(1)
@@ -271,6 +283,11 @@ func TestRWMutexExclusion(t *testing.T) {
 	wg.Wait()
 	require.EqualValues(t, lockers*workers*rounds, done.Load())
 	require.Zero(t, bad.Load(), "a writer beside readers or another writer")
+	// Holds last about a millisecond and 36 goroutines want them: a
+	// stretch of seconds without an entry is a stall (a writer's intent,
+	// which lives 5s unless renewed, that nobody renewed), not noise.
+	t.Logf("longest stretch without an entry: %v", time.Duration(longestGap.Load()))
+	require.Less(t, time.Duration(longestGap.Load()), 2500*time.Millisecond, "the lock stalled")
 	require.Greater(t, mostReaders.Load(), int64(1), "readers never shared the lock")
 	require.Zero(t, srv.Client(t).Exists(ctx, key).Val(), "holds left behind")
 }
