@@ -22,7 +22,8 @@ import (
 type rwGate struct {
 	state      atomic.Int64
 	violations atomic.Int64
-	// peakReaders is the most readers seen inside at once.
+	// peakReaders is the most readers seen inside at once in the
+	// measured window.
 	peakReaders atomic.Int64
 
 	base time.Time // origin of last; set before any worker starts
@@ -33,10 +34,11 @@ type rwGate struct {
 
 const rwWriterUnit = 1 << 32
 
-// enter records a worker entering, as a writer when write is set. It
-// reports false, and counts a violation, when a writer entered while
-// anyone else was inside, or a reader while a writer was.
-func (g *rwGate) enter(write bool) bool {
+// enter records a worker entering, as a writer when write is set, in the
+// measured window when counted is (only those count towards the peak of
+// readers). It reports false, and counts a violation, when a writer
+// entered while anyone else was inside, or a reader while a writer was.
+func (g *rwGate) enter(write, counted bool) bool {
 	ok := true
 	if write {
 		ok = g.state.Add(rwWriterUnit) == rwWriterUnit
@@ -44,7 +46,7 @@ func (g *rwGate) enter(write bool) bool {
 		s := g.state.Add(1)
 		ok = s < rwWriterUnit
 		readers := s & (rwWriterUnit - 1)
-		for {
+		for counted {
 			peak := g.peakReaders.Load()
 			if readers <= peak || g.peakReaders.CompareAndSwap(peak, readers) {
 				break
@@ -126,8 +128,8 @@ func rwWorker(obtainCtx, releaseCtx context.Context, w *window, g *rwGate, reads
 			}
 			continue
 		}
-		g.enter(write)
 		counted := w.counts(acquired)
+		g.enter(write, counted)
 		if counted {
 			g.mark(acquired)
 		}

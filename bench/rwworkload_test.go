@@ -36,7 +36,7 @@ func TestRWGate(t *testing.T) {
 			g.leave(s.write)
 			continue
 		}
-		if ok := g.enter(s.write); ok != s.ok {
+		if ok := g.enter(s.write, true); ok != s.ok {
 			t.Errorf("step %d: enter(write=%v) = %v, want %v", i, s.write, ok, s.ok)
 		}
 	}
@@ -48,6 +48,15 @@ func TestRWGate(t *testing.T) {
 	}
 	if s := g.state.Load(); s != 1 {
 		t.Errorf("state = %#x at the end, want one reader", s)
+	}
+	// Outside the window the peak stays, the exclusion is checked.
+	g.enter(false, false)
+	g.enter(false, false)
+	if p := g.peakReaders.Load(); p != 4 {
+		t.Errorf("peak readers = %d after entries outside the window, want 4", p)
+	}
+	if g.enter(true, false) {
+		t.Error("a writer beside 3 readers outside the window passed")
 	}
 }
 
