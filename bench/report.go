@@ -93,6 +93,10 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 		if r.unmatched > 0 {
 			t.notes = append(t.notes, fmt.Sprintf("%s: %d gaps not measured (the previous Release had not returned after the hold)", r.lib.name(), r.unmatched))
 		}
+		if sc.rw() && r.longestGap >= stallNote {
+			t.notes = append(t.notes, fmt.Sprintf("%s: nobody entered for %s at a stretch (of %s measured): its waiters waited while nobody held",
+				r.lib.name(), fmtDur(r.longestGap), fmtDur(r.elapsed)))
+		}
 		switch {
 		case sc.rw():
 			t.rows = append(t.rows, rwRow(sc, r, base))
@@ -169,6 +173,10 @@ func contendedRow(sc scenario, r, base *result, rtt time.Duration) []string {
 		strconv.FormatInt(r.violations, 10),
 	)
 }
+
+// stallNote is the longest time without an entry into a read-write lock
+// that a table passes over without a note.
+const stallNote = time.Second
 
 // rwColumns are the columns of a read-write table.
 var rwColumns = []string{"library", "acq/s", "by round vs raw", "reads/s", "writes/s", "readers inside mean / peak", "writer inside", "longest without entry",

@@ -157,4 +157,13 @@ func TestReportRW(t *testing.T) {
 	if strings.Contains(strings.Join(tab.notes, "\n"), "no raw baseline") {
 		t.Errorf("the raw rwlock is not taken as the baseline: %q", tab.notes)
 	}
+	if strings.Contains(strings.Join(tab.notes, "\n"), "nobody entered") {
+		t.Errorf("a note of a stall without one: %q", tab.notes)
+	}
+	stalled := fake(smithRWLib{}, 0, 0)
+	stalled.longestGap = 2 * time.Second
+	tab = report(sc, []*result{fake(rawRWLib{}, 1000, 100), stalled}, 100*time.Microsecond)
+	if !strings.Contains(strings.Join(tab.notes, "\n"), "locksmith rwmutex: nobody entered for 2.00s at a stretch (of 2.00s measured)") {
+		t.Errorf("no note of the stall: %q", tab.notes)
+	}
 }
