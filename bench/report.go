@@ -94,8 +94,9 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 			t.notes = append(t.notes, fmt.Sprintf("%s: %d gaps not measured (the previous Release had not returned after the hold)", r.lib.name(), r.unmatched))
 		}
 		if sc.rw() && r.longestGap >= stallNote {
-			t.notes = append(t.notes, fmt.Sprintf("%s: nobody entered for %s at a stretch (of %s measured): its waiters waited while nobody held",
-				r.lib.name(), fmtDur(r.longestGap), fmtDur(r.elapsed)))
+			rounds := time.Duration(max(len(r.roundRatios), 1))
+			t.notes = append(t.notes, fmt.Sprintf("%s: nobody entered for %s at a stretch (measured in rounds of %s): its waiters waited while nobody held",
+				r.lib.name(), fmtDur(r.longestGap), fmtDur(r.elapsed/rounds)))
 		}
 		switch {
 		case sc.rw():

@@ -161,9 +161,10 @@ func TestReportRW(t *testing.T) {
 		t.Errorf("a note of a stall without one: %q", tab.notes)
 	}
 	stalled := fake(smithRWLib{}, 0, 0)
-	stalled.longestGap = 2 * time.Second
+	stalled.longestGap = time.Second
+	stalled.roundRatios = []float64{0, 0}
 	tab = report(sc, []*result{fake(rawRWLib{}, 1000, 100), stalled}, 100*time.Microsecond)
-	if !strings.Contains(strings.Join(tab.notes, "\n"), "locksmith rwmutex: nobody entered for 2.00s at a stretch (of 2.00s measured)") {
+	if !strings.Contains(strings.Join(tab.notes, "\n"), "locksmith rwmutex: nobody entered for 1.00s at a stretch (measured in rounds of 1.00s)") {
 		t.Errorf("no note of the stall: %q", tab.notes)
 	}
 }
