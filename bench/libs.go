@@ -308,6 +308,10 @@ type smithLocker struct {
 	// permits > 0 makes obtain take one of that many permits of the
 	// semaphore named by the key, with the options per call.
 	permits int
+	// rw makes obtain take the write hold of the read-write lock named by
+	// the key, and obtainRead a read hold, with the options per call.
+	// Without it obtainRead is obtain: the plain lock, exclusive.
+	rw bool
 }
 
 type smithHeld struct{ lk *locksmith.Lock }
@@ -320,11 +324,27 @@ func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
 	switch {
 	case l.permits > 0:
 		lk, err = l.locker.Semaphore(key, l.permits).Acquire(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
+	case l.rw:
+		lk, err = l.locker.RWMutex(key).ObtainWrite(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
 	case l.perCall:
 		lk, err = l.locker.Obtain(ctx, key, locksmith.WithTTL(10*time.Second), smithRetry())
 	default:
 		lk, err = l.locker.Obtain(ctx, key)
 	}
+	return smithResult(lk, err)
+}
+
+// obtainRead takes a read hold of the read-write lock named by key, or
+// with rw unset the plain lock, as obtain does.
+func (l *smithLocker) obtainRead(ctx context.Context, key string) (held, error) {
+	if !l.rw {
+		return l.obtain(ctx, key)
+	}
+	return smithResult(l.locker.RWMutex(key).ObtainRead(ctx, locksmith.WithTTL(10*time.Second), smithRetry()))
+}
+
+// smithResult adapts what a locksmith call returned.
+func smithResult(lk *locksmith.Lock, err error) (held, error) {
 	if errors.Is(err, locksmith.ErrNotObtained) {
 		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
 	}

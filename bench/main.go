@@ -6,12 +6,14 @@
 // servers of the quorum and the cluster, pins itself and the servers to
 // different CPUs, and runs four lock scenarios for every library one after
 // the other, then four semaphore scenarios for locksmith's semaphore and a
-// raw sorted-set baseline, printing one table per scenario. See README.md
-// here and docs/performance.md at the root.
+// raw sorted-set baseline, then two read-mostly scenarios for locksmith's
+// read-write lock, its plain lock and a raw polling read-write lock,
+// printing one table per scenario. See README.md here and
+// docs/performance.md at the root.
 //
 // Usage, from this directory:
 //
-//	go run . [-quick] [-d 3s] [-redis redis://host:port/0] [-libs locksmith,raw] [-scenarios serial,contended16,sem16n4]
+//	go run . [-quick] [-d 3s] [-redis redis://host:port/0] [-libs locksmith,raw] [-scenarios serial,contended16,sem16n4,rw16]
 package main
 
 import (
@@ -53,7 +55,7 @@ func run() int {
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary for the private server")
 	flag.BoolVar(&o.pin, "pin", true, "pin the benchmark and redis-server to different CPUs with taskset")
 	flag.StringVar(&o.libs, "libs", "", "comma-separated substrings: run only the libraries whose names contain one (the raw baseline always runs)")
-	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256, sem16n1, sem16n4, sem256n1, sem256n4")
+	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256, sem16n1, sem16n4, sem256n1, sem256n4, rw16, rw256")
 	flag.IntVar(&o.pings, "pings", 2000, "PINGs for the loopback RTT")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&o.rounds, "rounds", 1, "split each measurement into this many rounds, the libraries taking turns, so that a noisy neighbour hurts all of them alike")
@@ -94,10 +96,14 @@ func run() int {
 	}
 	// The lock libraries run the lock scenarios, and only they need the
 	// quorum and the cluster. Each semaphore scenario has rows of its own,
-	// at its number of permits, all on the main server.
-	var libs []lib
-	if slices.ContainsFunc(scs, func(sc scenario) bool { return !sc.semaphore() }) {
+	// at its number of permits, and the read-write scenarios theirs, all
+	// on the main server.
+	var libs, rwRows []lib
+	if slices.ContainsFunc(scs, scenario.lock) {
 		libs = selectLibs(libraries(o.rawRetry), o.libs)
+	}
+	if slices.ContainsFunc(scs, scenario.rw) {
+		rwRows = selectLibs(rwLibraries(o.rawRetry), o.libs)
 	}
 	semLibs := func(permits int) []lib { return selectLibs(semaphoreLibraries(o.rawRetry, permits), o.libs) }
 	var semRows []lib // for the header; their settings do not depend on the permits
@@ -148,14 +154,17 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench: PING:", err)
 		return 2
 	}
-	printHeader(ctx, &o, pin, deps, skipped, rtt, slices.Concat(libs, semRows))
+	printHeader(ctx, &o, pin, deps, skipped, rtt, slices.Concat(libs, semRows, rwRows))
 
 	b := &bench{deployments: deps, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
 	failed := false
 	for _, sc := range scs {
 		rows := libs
-		if sc.semaphore() {
+		switch {
+		case sc.semaphore():
 			rows = semLibs(sc.permits)
+		case sc.rw():
+			rows = rwRows
 		}
 		results := make([]*result, len(rows))
 		for round := range o.rounds {
@@ -185,6 +194,8 @@ func run() int {
 		for _, r := range results {
 			switch {
 			case r.violations == 0:
+			case sc.rw():
+				fmt.Printf("\n*** READ-WRITE EXCLUSION VIOLATED: %s let a writer in beside another holder %d times ***\n", r.lib.name(), r.violations)
 			case sc.semaphore():
 				fmt.Printf("\n*** SEMAPHORE LIMIT VIOLATED: %s let more than %d holders into the critical section %d times ***\n", r.lib.name(), sc.permits, r.violations)
 			default:
@@ -193,7 +204,7 @@ func run() int {
 		}
 	}
 	if failed {
-		fmt.Fprintln(os.Stderr, "bench: FAILED: a run failed, or mutual exclusion or a semaphore's limit was violated")
+		fmt.Fprintln(os.Stderr, "bench: FAILED: a run failed, or mutual exclusion, a semaphore's limit or a read-write lock's exclusion was violated")
 		return 1
 	}
 	return 0
@@ -225,7 +236,7 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	for _, note := range skipped {
 		fmt.Printf("  - %s\n", note)
 	}
-	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server; for the semaphore rows, the raw sorted-set semaphore's); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
+	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server; for the semaphore rows, the raw sorted-set semaphore's; for the read-write rows, the raw sorted-set rwlock's); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
 }
 
 // moduleVersions lists the versions of the measured modules in this build.

@@ -68,6 +68,8 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 	}
 	t := &table{title: sc.title}
 	switch {
+	case sc.rw():
+		t.header = rwColumns
 	case sc.semaphore():
 		t.header = append([]string{"library", "permits/s", "by round vs raw", "held of " + strconv.Itoa(sc.permits)}, contendedColumns...)
 	case sc.contended:
@@ -91,9 +93,17 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 		if r.unmatched > 0 {
 			t.notes = append(t.notes, fmt.Sprintf("%s: %d gaps not measured (the previous Release had not returned after the hold)", r.lib.name(), r.unmatched))
 		}
-		if sc.contended {
+		if sc.rw() && r.longestGap >= stallNote {
+			rounds := time.Duration(max(len(r.roundRatios), 1))
+			t.notes = append(t.notes, fmt.Sprintf("%s: nobody entered for %s at a stretch (measured in rounds of %s): its waiters waited while nobody held",
+				r.lib.name(), fmtDur(r.longestGap), fmtDur(r.elapsed/rounds)))
+		}
+		switch {
+		case sc.rw():
+			t.rows = append(t.rows, rwRow(sc, r, base))
+		case sc.contended:
 			t.rows = append(t.rows, contendedRow(sc, r, base, rtt))
-		} else {
+		default:
 			t.rows = append(t.rows, cycleRow(r, base))
 		}
 	}
@@ -102,6 +112,9 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 	}
 	if sc.semaphore() {
 		t.notes = append(t.notes, "redislock, redsync and rueidislock have no semaphores: they do not run this scenario")
+	}
+	if sc.rw() {
+		t.notes = append(t.notes, fmt.Sprintf("each acquisition a read hold with probability %.2f, else a write hold; wait: from the obtain call to its return; redislock, redsync and rueidislock have no read-write locks: they do not run this scenario", sc.reads))
 	}
 	return t
 }
@@ -162,6 +175,77 @@ func contendedRow(sc scenario, r, base *result, rtt time.Duration) []string {
 	)
 }
 
+// stallNote is the longest time without an entry into a read-write lock
+// that a table passes over without a note.
+const stallNote = time.Second
+
+// rwColumns are the columns of a read-write table.
+var rwColumns = []string{"library", "acq/s", "by round vs raw", "reads/s", "writes/s", "readers inside mean / peak", "writer inside", "longest without entry",
+	"read wait p50", "read wait p99", "write wait p50", "write wait p99", "write wait max",
+	"requests/acq", "commands/acq", "acq/worker min/mean/max", "share per instance", "gave up", "errors", "violations"}
+
+// rwRow is a row of a read-write table: acquisitions of either kind, then
+// reads and writes apart, how many readers were inside on average and at
+// most, the share of the time a writer held, the longest time in which
+// nobody entered, and the obtain calls' waits.
+func rwRow(sc scenario, r, base *result) []string {
+	lo, mean, hi := spread(r.perWorker)
+	wl := r.writeLat
+	if wl == nil {
+		wl = new(hist)
+	}
+	writerInside := "-"
+	if r.elapsed > 0 {
+		writerInside = fmt.Sprintf("%.0f%%", 100*r.writeHoldSum.Seconds()/r.elapsed.Seconds())
+	}
+	return []string{
+		r.lib.name(),
+		withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate)),
+		byRound(r.roundRatios),
+		withRatio(fmtInt(r.readRate()), r.readRate(), baseOf(base, (*result).readRate)),
+		withRatio(fmtInt(r.writeRate()), r.writeRate(), baseOf(base, (*result).writeRate)),
+		fmt.Sprintf("%s / %d", fmtFloat(r.meanReaders()), r.peakReaders),
+		writerInside,
+		fmtDur(r.longestGap),
+		withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
+		withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
+		withRatio(fmtDur(wl.quantile(0.5)), secs(wl.quantile(0.5)), baseOf(base, writeP50)),
+		withRatio(fmtDur(wl.quantile(0.99)), secs(wl.quantile(0.99)), baseOf(base, writeP99)),
+		fmtDur(maxOf(wl)),
+		withRatio(fmtFloat(r.perOp(float64(r.server.reads))), r.perOp(float64(r.server.reads)), baseOf(base, reads)),
+		withRatio(fmtFloat(r.perOp(float64(r.server.calls))), r.perOp(float64(r.server.calls)), baseOf(base, calls)),
+		fmt.Sprintf("%d / %.0f / %d", lo, mean, hi),
+		instanceShares(r.perWorker, sc.lockers),
+		strconv.FormatInt(r.gaveUp, 10),
+		strconv.FormatInt(r.errs, 10),
+		strconv.FormatInt(r.violations, 10),
+	}
+}
+
+// readRate and writeRate are the read and write holds taken per second.
+func (r *result) readRate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.ops-r.writes) / r.elapsed.Seconds()
+}
+
+func (r *result) writeRate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.writes) / r.elapsed.Seconds()
+}
+
+// meanReaders is how many readers were inside on average over the window
+// (their time held over the window's), or -1.
+func (r *result) meanReaders() float64 {
+	if r.elapsed <= 0 {
+		return -1
+	}
+	return (r.holdSum - r.writeHoldSum).Seconds() / r.elapsed.Seconds()
+}
+
 func (r *result) rate() float64 {
 	if r.elapsed <= 0 {
 		return 0
@@ -201,6 +285,20 @@ func (r *result) perAcq(total time.Duration) time.Duration {
 		return -1
 	}
 	return total / time.Duration(r.ops)
+}
+
+func writeP50(r *result) float64 {
+	if r.writeLat == nil {
+		return -1
+	}
+	return secs(r.writeLat.quantile(0.5))
+}
+
+func writeP99(r *result) float64 {
+	if r.writeLat == nil {
+		return -1
+	}
+	return secs(r.writeLat.quantile(0.99))
 }
 
 func p50(r *result) float64   { return secs(r.lat.quantile(0.5)) }

@@ -19,6 +19,10 @@ type scenario struct {
 	// permits makes a contended scenario one of a counted semaphore with
 	// that many permits, run by the semaphore libraries; 0 for a lock.
 	permits int
+	// reads makes a contended scenario one of a read-write lock, run by
+	// the read-write libraries: each acquisition is a read hold with this
+	// probability, otherwise a write hold; 0 for a lock or a semaphore.
+	reads   float64
 	workers int
 	lockers int // instances of the library, each with its own client; workers are dealt round-robin
 }
@@ -32,6 +36,8 @@ var scenarios = []scenario{
 	{id: "sem16n4", title: "6. Semaphore of 4 permits: 16 goroutines over 2 instances (8 each) on one semaphore", contended: true, permits: 4, workers: 16, lockers: 2},
 	{id: "sem256n1", title: "7. Semaphore of 1 permit: 256 goroutines over 2 instances (128 each) on one semaphore", contended: true, permits: 1, workers: 256, lockers: 2},
 	{id: "sem256n4", title: "8. Semaphore of 4 permits: 256 goroutines over 2 instances (128 each) on one semaphore", contended: true, permits: 4, workers: 256, lockers: 2},
+	{id: "rw16", title: "9. Read-write lock, 90% reads: 16 goroutines over 2 instances (8 each) on one lock", contended: true, reads: 0.9, workers: 16, lockers: 2},
+	{id: "rw256", title: "10. Read-write lock, 90% reads: 256 goroutines over 2 instances (128 each) on one lock", contended: true, reads: 0.9, workers: 256, lockers: 2},
 }
 
 // limit is how many workers may be inside the critical section at once.
@@ -39,6 +45,12 @@ func (sc scenario) limit() int { return max(sc.permits, 1) }
 
 // semaphore reports whether sc is run by the semaphore libraries.
 func (sc scenario) semaphore() bool { return sc.permits > 0 }
+
+// rw reports whether sc is run by the read-write libraries.
+func (sc scenario) rw() bool { return sc.reads > 0 }
+
+// lock reports whether sc is run by the lock libraries.
+func (sc scenario) lock() bool { return !sc.semaphore() && !sc.rw() }
 
 // stopGrace bounds how long workers may take to stop once the measured
 // window has ended and their contexts are cancelled.
@@ -64,6 +76,10 @@ type tally struct {
 	nonPositive int64         // gaps <= 0: the next Obtain returned before the Release did
 	holdSum     time.Duration // time actually held (the hold sleep overshoots)
 	releaseSum  time.Duration // time spent in Release calls
+	// Read-write scenarios only: the write holds among the ops, and
+	// their part of holdSum.
+	writes       int64
+	writeHoldSum time.Duration
 	// Obtain calls that gave up inside the window (retry budget spent),
 	// and failures of any other kind.
 	gaveUp int64
@@ -78,6 +94,8 @@ func (t *tally) add(o *tally) {
 	t.nonPositive += o.nonPositive
 	t.holdSum += o.holdSum
 	t.releaseSum += o.releaseSum
+	t.writes += o.writes
+	t.writeHoldSum += o.writeHoldSum
 	t.gaveUp += o.gaveUp
 	t.errs += o.errs
 }
@@ -88,13 +106,22 @@ type result struct {
 	lib     lib
 	elapsed time.Duration
 	tally
-	// lat is the cycle latency, or when contended the handoff gap.
-	lat     *hist
-	mallocs uint64
-	server  counters // sent to the deployment in the window, summed over its servers
+	// lat is the cycle latency, or when contended the handoff gap, or in
+	// a read-write scenario the time a read hold's obtain took.
+	lat *hist
+	// writeLat is the time a write hold's obtain took (read-write
+	// scenarios only; may be nil otherwise).
+	writeLat *hist
+	mallocs  uint64
+	server   counters // sent to the deployment in the window, summed over its servers
 	// Contended only.
 	perWorker  []int64
 	violations int64
+	// peakReaders is the most readers inside at once, and longestGap the
+	// longest time in the window in which nobody entered (read-write
+	// only).
+	peakReaders int64
+	longestGap  time.Duration
 	// firstErr is the text of the first failure counted in errs.
 	firstErr string
 	// err is set when the run itself failed; the figures are then void.
@@ -108,6 +135,7 @@ type result struct {
 type workerStats struct {
 	tally
 	lat      hist
+	writeLat hist // read-write scenarios only
 	firstErr error
 }
 
@@ -157,7 +185,7 @@ type releaseMark struct {
 // run runs one scenario for one library: a warm-up, then the measured
 // window, then it waits for every worker to stop.
 func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
-	res := &result{lib: l, lat: new(hist)}
+	res := &result{lib: l, lat: new(hist), writeLat: new(hist)}
 	d := b.deployments[l.runsOn()]
 	if err := d.flushAll(ctx); err != nil {
 		res.err = err
@@ -190,6 +218,18 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	for i := range c.releases {
 		c.releases[i].seq.Store(-1)
 	}
+	g := &rwGate{base: start}
+	var rwLockers []rwLocker
+	if sc.rw() {
+		for _, lk := range lockers {
+			rl, ok := lk.(rwLocker)
+			if !ok {
+				res.err = fmt.Errorf("%s has no read holds", l.name())
+				return res
+			}
+			rwLockers = append(rwLockers, rl)
+		}
+	}
 	var timers []*holdTimer
 	defer func() {
 		for _, t := range timers {
@@ -210,13 +250,15 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	for i := range sc.workers {
 		lk := lockers[i%len(lockers)]
 		st := &stats[i]
-		wg.Go(func() {
-			if sc.contended {
-				contendedWorker(obtainCtx, releaseCtx, &w, c, b.hold, timers[i], lk, int64(i), st)
-			} else {
-				cycleWorker(obtainCtx, releaseCtx, &w, lk, "bench:key:"+strconv.Itoa(i), st)
-			}
-		})
+		switch {
+		case sc.rw():
+			rl, rng := rwLockers[i%len(rwLockers)], newWorkerRand(i)
+			wg.Go(func() { rwWorker(obtainCtx, releaseCtx, &w, g, sc.reads, b.hold, timers[i], rl, rng, st) })
+		case sc.contended:
+			wg.Go(func() { contendedWorker(obtainCtx, releaseCtx, &w, c, b.hold, timers[i], lk, int64(i), st) })
+		default:
+			wg.Go(func() { cycleWorker(obtainCtx, releaseCtx, &w, lk, "bench:key:"+strconv.Itoa(i), st) })
+		}
 	}
 
 	if err := sleepUntil(ctx, measureFrom); err != nil {
@@ -227,6 +269,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	from := time.Now()
+	g.open(from)
 	w.phase.Store(1)
 
 	res.err = errors.Join(res.err, sleepUntil(ctx, w.end))
@@ -249,11 +292,14 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	res.elapsed = w.end.Sub(from)
 	res.mallocs = m1.Mallocs - m0.Mallocs
 	res.server = after.sub(before)
-	res.violations = c.violations.Load()
+	res.violations = c.violations.Load() + g.violations.Load()
+	res.peakReaders = g.peakReaders.Load()
+	res.longestGap = g.longestGap(w.end)
 	for i := range stats {
 		st := &stats[i]
 		res.tally.add(&st.tally)
 		res.lat.merge(&st.lat)
+		res.writeLat.merge(&st.writeLat)
 		if st.firstErr != nil && res.firstErr == "" {
 			res.firstErr = st.firstErr.Error()
 		}
@@ -431,6 +477,14 @@ func (r *result) add(o *result) *result {
 	r.elapsed += o.elapsed
 	r.tally.add(&o.tally)
 	r.lat.merge(o.lat)
+	if o.writeLat != nil {
+		if r.writeLat == nil {
+			r.writeLat = new(hist)
+		}
+		r.writeLat.merge(o.writeLat)
+	}
+	r.peakReaders = max(r.peakReaders, o.peakReaders)
+	r.longestGap = max(r.longestGap, o.longestGap)
 	r.mallocs += o.mallocs
 	r.server.add(o.server)
 	r.roundRatios = append(r.roundRatios, o.roundRatios...)
