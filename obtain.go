@@ -195,17 +195,34 @@ func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, 
 		return nil, notObtained(ctx, key)
 	}
 	if time.Until(lk.deadline) < h.ttl/2 {
-		// A long wait since the first queued attempt: start the TTL
-		// again, from a time known.
-		if err := lk.refresh(ctx, h.ttl, drift); err != nil {
+		// A long wait since the first queued attempt, or an
+		// announcement heard late: start the TTL again, from a time
+		// known, and learn the fence again. An announcement of a handoff
+		// to w's token that expired since (a later release may have
+		// handed the lock to the same token again) names that earlier
+		// holding's fence, lower than those of the holders in between:
+		// its deadline is past, so it always comes here.
+		start := time.Now()
+		ok, fence, err := l.store.confirm(ctx, lk.ref, h.ttl)
+		switch {
+		case err != nil || !ok:
 			deleteIfOwned(ctx, lk)
 			switch {
 			case ctx.Err() != nil:
 				return nil, notObtained(ctx, key)
-			case errors.Is(err, ErrNotHeld):
+			case err == nil:
 				return nil, fmt.Errorf("%w: %q was handed over but expired before it could be refreshed", ErrLockLost, key)
 			}
-			return nil, err
+			return nil, fmt.Errorf("locksmith: confirm the handoff of %q: %w", key, err)
+		}
+		if lk.ref.fenced() {
+			lk.fence = fence
+		}
+		lk.deadline = start.Add(h.ttl - drift)
+		if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
+			deleteIfOwned(ctx, lk)
+			return nil, fmt.Errorf("%w: the reply confirming the handoff of %q took %v, longer than its validity of %v",
+				ErrLockLost, key, elapsed, h.ttl-drift)
 		}
 	}
 	return lk, nil

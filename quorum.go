@@ -114,6 +114,11 @@ func (quorumStore) complete(context.Context, lockRef, string, string, time.Durat
 	return false, errRefusedByAllows
 }
 
+// confirm is never called: a quorum's waiters are not handed locks.
+func (quorumStore) confirm(context.Context, lockRef, time.Duration) (bool, int64, error) {
+	return false, 0, errRefusedByAllows
+}
+
 func (quorumStore) acquirePermit(context.Context, permitReq) (acquireRes, error) {
 	return acquireRes{}, errRefusedByAllows
 }

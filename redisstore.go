@@ -248,6 +248,26 @@ func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration
 	return res == 1, err
 }
 
+func (s scriptStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+	args := make([]any, 4, 9)
+	args[3] = ref.lockKey
+	if ref.fenced() {
+		args = append(args, ref.fence)
+	}
+	args[2] = len(args) - 3
+	args = append(args, ref.token, ttl.Milliseconds(), ref.fenceTTLMS)
+	res, err := confirmLua.run(ctx, s.client, args).Int64Slice()
+	switch {
+	case err != nil:
+		return false, 0, err
+	case len(res) == 1 && res[0] == 0:
+		return false, 0, nil
+	case len(res) == 2 && res[0] == 1:
+		return true, res[1], nil
+	}
+	return false, 0, errBadReply
+}
+
 func (s scriptStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
 	res, err := pttlLua.run(ctx, s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
 	if err != nil || res == pttlNotHeld {

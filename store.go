@@ -29,6 +29,9 @@ var (
 
 	//go:embed pttl.lua
 	pttlSrc string
+
+	//go:embed confirm.lua
+	confirmSrc string
 )
 
 // luaScript is a script to run with arguments prepared by the caller, in
@@ -45,6 +48,7 @@ var (
 	releaseLua = newLuaScript(releaseSrc)
 	refreshLua = newLuaScript(refreshSrc)
 	pttlLua    = newLuaScript(pttlSrc)
+	confirmLua = newLuaScript(confirmSrc)
 )
 
 // processor is what sends a prepared command: every go-redis client.
@@ -115,6 +119,10 @@ type store interface {
 	holdStore
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
+	// confirm resets the TTL of a lock handed to ref's token, if it holds
+	// the token, and returns its fencing token as the counter has it (see
+	// confirm.lua); ok is false when it does not hold the token.
+	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 	// acquirePermit runs one attempt to take a permit of a semaphore, as
 	// permitReq describes; a refused attempt reports how long until the
 	// earliest permit expires as the holder's TTL.

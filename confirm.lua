@@ -1,0 +1,32 @@
+-- Confirm a lock that an announcement says was handed to the caller:
+-- reset its TTL if the caller holds it, and report its fencing token.
+-- KEYS[1]: the lock key. KEYS[2], optional: the fence counter.
+-- ARGV[1]: the caller's token. ARGV[2]: the TTL in ms. ARGV[3]: how long
+-- the fence counter lives after it was last taken, in ms, or 0 for ever.
+-- Returns {0} when the caller does not hold the lock, or {1, fence}. While
+-- the caller holds the lock nobody else takes a fence, so the counter's
+-- value is the caller's fence (an announcement heard late may name an
+-- earlier handoff to the same token, which expired since, and its fence).
+-- A counter that expired meanwhile is taken again: the next token, at
+-- least the server's clock in microseconds, is larger than every earlier
+-- one. fence is 0 without a counter.
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return {0}
+end
+redis.call('pexpire', KEYS[1], ARGV[2])
+local fence = 0
+if KEYS[2] then
+  local last = redis.call('get', KEYS[2])
+  if last then
+    fence = tonumber(last)
+  else
+    local t = redis.call('time')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if ARGV[3] ~= '0' then
+      redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+    else
+      redis.call('set', KEYS[2], string.format('%d', fence))
+    end
+  end
+end
+return {1, fence}
