@@ -42,8 +42,8 @@ func (d Direction) String() string {
 type Proxy struct {
 	ln     net.Listener
 	target string
-	wg     sync.WaitGroup // every goroutine of the proxy
-	held   atomic.Int64   // chunks read and not yet written on or dropped
+	wg     sync.WaitGroup  // every goroutine of the proxy
+	held   [2]atomic.Int64 // by direction: chunks read and not yet written on or dropped
 
 	mu     sync.Mutex // guards the fields below
 	delay  [2]time.Duration
@@ -155,10 +155,12 @@ func (p *Proxy) ResetAfterRequest(match []byte) <-chan struct{} {
 	return tr.fired
 }
 
-// Held returns how many pieces of the byte streams the proxy has read and
-// not yet forwarded (or dropped with their connection): after Heal, zero
-// means that what a blackhole held back has been delivered.
-func (p *Proxy) Held() int { return int(p.held.Load()) }
+// Held returns how many pieces of the byte streams going in direction dir
+// the proxy has read and not yet forwarded (or dropped with their
+// connection): after Heal, zero means that what a blackhole held back
+// has been delivered; under a delay, ToClient counts the replies (and
+// pub/sub messages) held back.
+func (p *Proxy) Held(dir Direction) int { return int(p.held[dir].Load()) }
 
 // Conns returns the number of open connections.
 func (p *Proxy) Conns() int {
@@ -232,11 +234,11 @@ func (p *Proxy) read(l *link, dir Direction, src net.Conn, out chan<- chunk) {
 			p.mu.Lock()
 			at := time.Now().Add(p.delay[dir])
 			p.mu.Unlock()
-			p.held.Add(1)
+			p.held[dir].Add(1)
 			select {
 			case out <- chunk{data: bytes.Clone(buf[:n]), at: at}:
 			case <-l.done:
-				p.held.Add(-1)
+				p.held[dir].Add(-1)
 				return
 			}
 		}
@@ -256,10 +258,10 @@ func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 		// What is left is dropped with the link; the reader closes in
 		// once the link is down.
 		if taken {
-			p.held.Add(-1)
+			p.held[dir].Add(-1)
 		}
 		for range in {
-			p.held.Add(-1)
+			p.held[dir].Add(-1)
 		}
 	}()
 	timer := time.NewTimer(0)
@@ -285,7 +287,7 @@ func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 			return
 		}
 		taken = false
-		p.held.Add(-1)
+		p.held[dir].Add(-1)
 	}
 	p.teardown(l, false)
 }

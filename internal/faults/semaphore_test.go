@@ -336,7 +336,7 @@ func TestSemaphoreBlackholedHolderStopsBeforeExpiry(t *testing.T) {
 	require.True(t, ok)
 
 	p.Heal()
-	require.Eventually(t, func() bool { return p.Held() == 0 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return p.Held(faults.ToServer)+p.Held(faults.ToClient) == 0 }, 5*time.Second, time.Millisecond,
 		"the held-back requests were not delivered")
 	r.faultSpan("blackhole", cut, time.Now(), false)
 	require.ErrorIs(t, a.release(ctx, ha), locksmith.ErrNotHeld)
