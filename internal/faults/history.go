@@ -230,6 +230,8 @@ const porcupineTimeout = time.Minute
 
 // CheckOps checks a history (single Redis server, no failover) for:
 //
+//   - a lock (or permit) returned as a success after its Deadline: a
+//     holding window that ends before it starts;
 //   - too many holding windows at once: more holders of a key that
 //     believed their locks (or permits) valid at the same instant than
 //     the key's limit (1 for a lock, n for a semaphore with n permits),
@@ -309,6 +311,12 @@ func CheckOps(ops []Op) *Report {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Call < hs[j].Call })
 		var open []Op // earlier windows that may still be open
 		for _, h := range hs {
+			if h.Return < h.Call {
+				// The Deadline had passed when the lock was returned.
+				r.Violations = append(r.Violations, fmt.Sprintf(
+					"key %q: %s's lock with fence %d was returned at %s, after its window had ended (%s) at %s",
+					key, h.Holder, h.Fence, ms(h.Call), h.Outcome, ms(h.Return)))
+			}
 			open = slices.DeleteFunc(open, func(o Op) bool { return o.Return < h.Call })
 			counted := []Op{h}
 			for _, o := range open {

@@ -79,6 +79,15 @@ func TestCheckerCatchesBadHistories(t *testing.T) {
 			illegal: true,
 		},
 		{
+			name: "returned after its Deadline",
+			ops: edit(func(ops []faults.Op) []faults.Op {
+				i := find(ops, faults.KindHold, "B", "")
+				ops[i].Return, ops[i].Outcome = ops[i].Call-10, "deadline"
+				return ops
+			}),
+			want: `B's lock with fence 11 was returned at 0.000ms, after its window had ended (deadline)`,
+		},
+		{
 			name: "fence not increasing",
 			ops: edit(func(ops []faults.Op) []faults.Op {
 				for i := range ops {
