@@ -21,16 +21,21 @@ type Kind string
 
 // The kinds of Op.
 const (
-	// KindObtain is one Obtain call; Fence is set when it succeeded.
+	// KindObtain is one Obtain call, or one Acquire call of a semaphore
+	// (with its Limit); Fence is set when it succeeded.
 	KindObtain Kind = "obtain"
-	// KindRelease is one Release call.
+	// KindRelease is one Release call, with the fence of what it gave
+	// back.
 	KindRelease Kind = "release"
-	// KindHold is the window in which a holder believed its lock valid:
-	// Call is when Obtain returned the lock, Return when the window ended
-	// (the earliest of Release being called, the lease context ending,
-	// and the lock's Deadline), and ObtainCall when Obtain was called.
+	// KindHold is the window in which a holder believed its lock (or its
+	// permit of a semaphore) valid: Call is when Obtain returned the lock,
+	// Return when the window ended (the earliest of Release being called,
+	// the lease context ending, and the lock's Deadline), and ObtainCall
+	// when Obtain was called.
 	KindHold Kind = "hold"
-	// KindWrite is one write to the fenced Store, timed inside the store.
+	// KindWrite is one write to the fenced Store, timed inside the store:
+	// Key is the record written, Under the lock or semaphore held for it
+	// when that is another key.
 	KindWrite Kind = "write"
 	// KindFault is one injected fault, from its start to its end; Detail
 	// names it.
@@ -60,6 +65,15 @@ type Op struct {
 	ObtainCall int64  `json:"obtainCall,omitempty"` // holds only
 	Outcome    string `json:"outcome,omitempty"`
 	Detail     string `json:"detail,omitempty"`
+	// Limit is, on the obtains and holds of a semaphore's permits, how
+	// many permits the semaphore allows at once; 0 for a lock, which
+	// allows one holder.
+	Limit int `json:"limit,omitempty"`
+	// Under is, on a write, the key of the lock or semaphore that the
+	// writer held, when it is not Key: the holders of a semaphore's
+	// permits write each to a record of their own (a job each), which
+	// keeps the fence of the permit that claimed it, not to one register.
+	Under string `json:"under,omitempty"`
 	// LosesData marks a fault during which the server may have forgotten
 	// its keys (a restart without persistence): holding windows that
 	// overlap across it are reported as excused, not as violations.
@@ -115,8 +129,8 @@ func (h *History) Check() *Report { return CheckOps(h.Ops()) }
 // A Report is what CheckOps found in a history.
 type Report struct {
 	Ops          int // operations, windows and faults recorded
-	Obtains      int // Obtain calls
-	Acquisitions int // successful Obtain calls
+	Obtains      int // Obtain and Acquire calls
+	Acquisitions int // successful Obtain and Acquire calls
 	Releases     int // Release calls
 	Writes       int // writes to the fenced store
 	Accepted     int // writes the store accepted
@@ -126,18 +140,28 @@ type Report struct {
 	Stale, StaleAccepted, StaleRejected int
 	// Faults counts the injected faults by kind.
 	Faults map[string]int
-	// ExcusedOverlaps counts holding windows that overlapped across a
-	// fault that lost the server's data, which a single Redis without
-	// persistence cannot prevent (fencing still rejects the old holder's
-	// writes once the new one has written).
+	// Limits is how many holders each key allows at once: 1 for a lock,
+	// the largest limit its calls passed for a semaphore.
+	Limits map[string]int
+	// Peak is, by key, the most holding windows that were open at one
+	// instant, not counting those excused by a loss of data.
+	Peak map[string]int
+	// ExcusedOverlaps counts holding windows that opened while their key's
+	// limit was already reached, which a single Redis without persistence
+	// cannot prevent, because a fault that lost the server's data came
+	// after the acquisition of some of the windows still open (fencing
+	// still rejects the old holder's writes once the new one has written).
 	ExcusedOverlaps int
 	// ExcusedRejections counts writes rejected inside their writer's
 	// holding window for the same reason: a newer holder wrote after the
 	// server forgot the old holder's lock.
 	ExcusedRejections int
-	// Linearizable is porcupine's verdict on the fenced-resource model:
-	// fences issued in increasing order, writes accepted if and only if
-	// their fence is at least the highest accepted before.
+	// Linearizable is porcupine's verdict on the model of a server that
+	// holds locks and semaphores, and a fenced store: fences issued in
+	// increasing order, no more holders at once than the key's limit, a
+	// successful Release giving back what the server held, and writes
+	// accepted if and only if their fence is at least the highest
+	// accepted before.
 	Linearizable porcupine.CheckResult
 	// Violations describes everything that broke the checked properties.
 	// It must be empty.
@@ -171,15 +195,21 @@ func (r *Report) Summary() string {
 		total += n
 	}
 	sort.Strings(kinds)
+	peaks := make([]string, 0, len(r.Peak))
+	for k, n := range r.Peak {
+		peaks = append(peaks, fmt.Sprintf("%s %d of %d", k, n, r.Limits[k]))
+	}
+	sort.Strings(peaks)
 	lines := [][2]string{
 		{"operations recorded", fmt.Sprint(r.Ops)},
 		{"obtain calls", fmt.Sprintf("%d (%d acquisitions)", r.Obtains, r.Acquisitions)},
 		{"release calls", fmt.Sprint(r.Releases)},
+		{"most holders at once", strings.Join(peaks, ", ")},
 		{"fenced writes", fmt.Sprintf("%d (%d accepted, %d rejected)", r.Writes, r.Accepted, r.Rejected)},
 		{"stale writes", fmt.Sprintf("%d (%d accepted before a newer holder wrote, %d rejected)",
 			r.Stale, r.StaleAccepted, r.StaleRejected)},
 		{"faults injected", fmt.Sprintf("%d (%s)", total, strings.Join(kinds, ", "))},
-		{"excused after data loss", fmt.Sprintf("%d overlapping windows, %d writes rejected inside their window",
+		{"excused after data loss", fmt.Sprintf("%d windows over the limit, %d writes rejected inside their window",
 			r.ExcusedOverlaps, r.ExcusedRejections)},
 		{"linearizability", string(r.Linearizable)},
 		{"violations", fmt.Sprint(len(r.Violations))},
@@ -200,10 +230,14 @@ const porcupineTimeout = time.Minute
 
 // CheckOps checks a history (single Redis server, no failover) for:
 //
-//   - overlapping holding windows: two holders of a key that believed
-//     their locks valid at the same instant, unless a fault that lost
-//     the server's data lies between the first acquisition and the
-//     second;
+//   - a lock (or permit) returned as a success after its Deadline: a
+//     holding window that ends before it starts;
+//   - too many holding windows at once: more holders of a key that
+//     believed their locks (or permits) valid at the same instant than
+//     the key's limit (1 for a lock, n for a semaphore with n permits),
+//     unless a fault that lost the server's data lies between the
+//     acquisition of one of the windows already open and the start of
+//     the next;
 //   - fences out of order: an acquisition that returned before another
 //     was called must have the lower fence;
 //   - the fenced store accepting a write whose fence is lower than one it
@@ -212,14 +246,20 @@ const porcupineTimeout = time.Minute
 //     means a newer holder wrote while it still believed it held the
 //     lock (again unless data was lost in between);
 //
-// and runs porcupine's linearizability checker on the acquisitions and
-// writes against the fenced-resource model, as a second opinion.
+// and runs porcupine's linearizability checker on the acquisitions,
+// releases, holding windows and writes against a model of the server and
+// the store, as a second opinion.
 func CheckOps(ops []Op) *Report {
-	r := &Report{Ops: len(ops), Faults: make(map[string]int), ops: ops}
-	var holds, obtains, writes, losses []Op
+	r := &Report{Ops: len(ops), Faults: make(map[string]int), Limits: make(map[string]int),
+		Peak: make(map[string]int), ops: ops}
+	var holds, obtains, releases, writes, losses []Op
+	limit := func(op Op) {
+		r.Limits[op.Key] = max(r.Limits[op.Key], op.Limit, 1)
+	}
 	for _, op := range ops {
 		switch op.Kind {
 		case KindObtain:
+			limit(op)
 			r.Obtains++
 			if op.Outcome == OutcomeOK {
 				r.Acquisitions++
@@ -227,7 +267,9 @@ func CheckOps(ops []Op) *Report {
 			}
 		case KindRelease:
 			r.Releases++
+			releases = append(releases, op)
 		case KindHold:
+			limit(op)
 			holds = append(holds, op)
 		case KindWrite:
 			r.Writes++
@@ -260,20 +302,42 @@ func CheckOps(ops []Op) *Report {
 		return m
 	}
 
-	// Holding windows.
+	// Holding windows. The most windows open at once are open at the
+	// start of one of them: so at each start, count the earlier windows
+	// still open, less those acquired before a loss of data that came
+	// before this start.
 	for key, hs := range byKey(holds) {
+		limit := r.Limits[key]
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Call < hs[j].Call })
-		for i := range hs {
-			for j := i + 1; j < len(hs) && hs[j].Call <= hs[i].Return; j++ {
-				if lostBetween(hs[i].ObtainCall, hs[j].Call) {
-					r.ExcusedOverlaps++
-					continue
+		var open []Op // earlier windows that may still be open
+		for _, h := range hs {
+			if h.Return < h.Call {
+				// The Deadline had passed when the lock was returned.
+				r.Violations = append(r.Violations, fmt.Sprintf(
+					"key %q: %s's lock with fence %d was returned at %s, after its window had ended (%s) at %s",
+					key, h.Holder, h.Fence, ms(h.Call), h.Outcome, ms(h.Return)))
+			}
+			open = slices.DeleteFunc(open, func(o Op) bool { return o.Return < h.Call })
+			counted := []Op{h}
+			for _, o := range open {
+				if !lostBetween(o.ObtainCall, h.Call) {
+					counted = append(counted, o)
+				}
+			}
+			r.Peak[key] = max(r.Peak[key], len(counted))
+			switch {
+			case len(counted) > limit:
+				windows := make([]string, len(counted))
+				for i, o := range counted {
+					windows[i] = fmt.Sprintf("%s fence %d [%s, %s]", o.Holder, o.Fence, ms(o.Call), ms(o.Return))
 				}
 				r.Violations = append(r.Violations, fmt.Sprintf(
-					"key %q: holding windows overlap: %s fence %d [%s, %s] and %s fence %d [%s, %s]",
-					key, hs[i].Holder, hs[i].Fence, ms(hs[i].Call), ms(hs[i].Return),
-					hs[j].Holder, hs[j].Fence, ms(hs[j].Call), ms(hs[j].Return)))
+					"key %q: %d holding windows overlap at %s, over its limit of %d: %s",
+					key, len(counted), ms(h.Call), limit, strings.Join(windows, ", ")))
+			case len(open)+1 > limit:
+				r.ExcusedOverlaps++
 			}
+			open = append(open, h)
 		}
 	}
 
@@ -324,7 +388,7 @@ func CheckOps(ops []Op) *Report {
 			if accepted {
 				highest = max(highest, w.Fence)
 			}
-			hold, ok := windows[holdID(w.Key, w.Holder, w.Fence)]
+			hold, ok := windows[holdID(w.held(), w.Holder, w.Fence)]
 			switch {
 			case !ok || w.Call > hold.Return:
 				r.Stale++
@@ -343,12 +407,20 @@ func CheckOps(ops []Op) *Report {
 		}
 	}
 
-	r.Linearizable, r.info = checkLinearizable(obtains, writes)
+	r.Linearizable, r.info = checkLinearizable(obtains, holds, releases, writes, losses)
 	if r.Linearizable == porcupine.Illegal {
 		r.Violations = append(r.Violations,
-			"porcupine: the acquisitions and writes are not linearizable against the fenced-resource model")
+			"porcupine: the history is not linearizable against the model of the server and the fenced store")
 	}
 	return r
+}
+
+// held returns the key of the lock or semaphore a write was made under.
+func (op Op) held() string {
+	if op.Under != "" {
+		return op.Under
+	}
+	return op.Key
 }
 
 func holdID(key, holder string, fence int64) string {
@@ -360,22 +432,64 @@ func ms(ns int64) string {
 	return fmt.Sprintf("%.3fms", float64(ns)/1e6)
 }
 
-// The fenced-resource model, for porcupine: one partition per key.
+// The model, for porcupine, with one partition per key: what the server
+// holds for a lock or a semaphore (the holders it counts, and the last
+// fence it issued), and what the fenced store holds for a record (the
+// highest fence it accepted). A lock's key is also its record.
+//
+// A holder joins when its acquisition takes effect, if fewer than the
+// key's limit hold, and leaves when its successful Release does (which
+// finds it there), or else at some point after its holding window ended
+// (when its permit expired, or a Release that reported ErrNotHeld came
+// after that), or when a fault that lost the server's data forgot it.
+// An expiry is not an operation anyone records: the model leaves its time
+// open, from the end of the window (before which the holder's TTL cannot
+// have run out on the server, if its Deadline is right) to the end of the
+// history, since a renewal delayed in the network can extend a permit on
+// the server past the Deadline its holder knows.
+//
+// What the model leaves out: an acquisition that failed may still have
+// held a permit for a while (its reply was lost, or came too late and
+// the call removed the permit again), which only makes the server refuse
+// more than the model would; and a refused acquisition does not tell
+// that the limit was reached at an instant of its call (ErrNotObtained is
+// also what a call whose context ended reports, and permits that expired
+// or were taken by failed calls are not in the model), so refusals are
+// not checked.
 type (
-	resourceState struct{ issued, accepted int64 }
-	resourceInput struct {
-		write  bool
-		holder string
-		fence  int64
+	resourceState struct {
+		issued, accepted int64
+		holders          []string // sorted: the holders the server counts
 	}
+	resourceInput struct {
+		step   step
+		holder string // the holder, or a fault's name
+		id     string // the holding: holder and fence
+		fence  int64
+		limit  int
+	}
+	step int
+)
+
+const (
+	stepAcquire step = iota // a successful acquisition
+	stepRelease             // a successful Release: the holding was there
+	stepLeave               // the holding expired, or an unsuccessful Release
+	stepForget              // the server lost its data
+	stepWrite               // a write to the store; the output is whether it was accepted
 )
 
 var resourceModel = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		byKey := make(map[string][]porcupine.Operation)
 		var keys []string
+		var forgets []porcupine.Operation
 		for _, op := range history {
 			key := op.Metadata.(string)
+			if op.Input.(resourceInput).step == stepForget {
+				forgets = append(forgets, op)
+				continue
+			}
 			if _, ok := byKey[key]; !ok {
 				keys = append(keys, key)
 			}
@@ -384,30 +498,54 @@ var resourceModel = porcupine.Model{
 		sort.Strings(keys)
 		parts := make([][]porcupine.Operation, 0, len(keys))
 		for _, k := range keys {
-			parts = append(parts, byKey[k])
+			parts = append(parts, append(byKey[k], forgets...))
 		}
 		return parts
 	},
 	Init: func() any { return resourceState{} },
 	Step: func(state, input, output any) (bool, any) {
 		s, in := state.(resourceState), input.(resourceInput)
-		if !in.write {
-			// An acquisition: its fence is above every one issued before.
-			if in.fence <= s.issued {
+		switch in.step {
+		case stepAcquire:
+			// Its fence is above every one issued before, and there was
+			// room for it.
+			if in.fence <= s.issued || len(s.holders) >= in.limit || slices.Contains(s.holders, in.id) {
 				return false, s
 			}
-			return true, resourceState{issued: in.fence, accepted: s.accepted}
+			holders := slices.Clone(s.holders)
+			i, _ := slices.BinarySearch(holders, in.id)
+			return true, resourceState{issued: in.fence, accepted: s.accepted, holders: slices.Insert(holders, i, in.id)}
+		case stepRelease, stepLeave:
+			i, found := slices.BinarySearch(s.holders, in.id)
+			if !found {
+				return in.step == stepLeave, s
+			}
+			return true, resourceState{issued: s.issued, accepted: s.accepted,
+				holders: slices.Delete(slices.Clone(s.holders), i, i+1)}
+		case stepForget:
+			return true, resourceState{issued: s.issued, accepted: s.accepted}
 		}
 		accepted := output.(bool)
 		if in.fence >= s.accepted {
-			return accepted, resourceState{issued: s.issued, accepted: in.fence}
+			return accepted, resourceState{issued: s.issued, accepted: in.fence, holders: s.holders}
 		}
 		return !accepted, s
 	},
+	Equal: func(a, b any) bool {
+		x, y := a.(resourceState), b.(resourceState)
+		return x.issued == y.issued && x.accepted == y.accepted && slices.Equal(x.holders, y.holders)
+	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(resourceInput)
-		if !in.write {
-			return fmt.Sprintf("%s obtains fence %d", in.holder, in.fence)
+		switch in.step {
+		case stepAcquire:
+			return fmt.Sprintf("%s obtains fence %d (limit %d)", in.holder, in.fence, in.limit)
+		case stepRelease:
+			return fmt.Sprintf("%s releases fence %d", in.holder, in.fence)
+		case stepLeave:
+			return fmt.Sprintf("fence %d of %s expires", in.fence, in.holder)
+		case stepForget:
+			return in.holder + ": the server forgets"
 		}
 		verdict := "rejected"
 		if output.(bool) {
@@ -417,7 +555,7 @@ var resourceModel = porcupine.Model{
 	},
 	DescribeState: func(state any) string {
 		s := state.(resourceState)
-		return fmt.Sprintf("issued %d, accepted %d", s.issued, s.accepted)
+		return fmt.Sprintf("issued %d, accepted %d, held by [%s]", s.issued, s.accepted, strings.Join(s.holders, "; "))
 	},
 	DescribeOperationMetadata: func(info any) string { return fmt.Sprintf("key %v", info) },
 }
@@ -434,20 +572,75 @@ func (c clientIDs) of(holder string) int {
 	return id
 }
 
-func checkLinearizable(obtains, writes []Op) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+// checkLinearizable runs porcupine on the operations of the model:
+// acquisitions, releases (or the expiry after a window), faults that
+// lost data, and writes.
+func checkLinearizable(obtains, holds, releases, writes, losses []Op) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	ids := clientIDs{}
 	var history []porcupine.Operation
+	var end int64 // the end of the history
+	for _, list := range [][]Op{obtains, holds, releases, writes, losses} {
+		for _, op := range list {
+			end = max(end, op.Return)
+		}
+	}
+	label := func(holder string, fence int64) string { return fmt.Sprintf("%s fence %d", holder, fence) }
+	// Each holding leaves once: by its successful Release, or after its
+	// window and before an unsuccessful Release (or the end).
+	windows := make(map[string]Op)
+	for _, h := range holds {
+		windows[holdID(h.Key, h.Holder, h.Fence)] = h
+	}
+	released := make(map[string]Op)
+	for _, op := range releases {
+		id := holdID(op.Key, op.Holder, op.Fence)
+		if _, ok := released[id]; !ok {
+			released[id] = op
+		}
+	}
 	for _, op := range obtains {
+		id := holdID(op.Key, op.Holder, op.Fence)
+		// The call's own limit: a call with a smaller limit than others
+		// of the key is refused while as many as it allows hold.
+		in := resourceInput{holder: op.Holder, id: label(op.Holder, op.Fence), fence: op.Fence, limit: max(op.Limit, 1)}
+		in.step = stepAcquire
 		history = append(history, porcupine.Operation{
-			ClientId: ids.of(op.Holder),
-			Input:    resourceInput{holder: op.Holder, fence: op.Fence},
-			Call:     op.Call, Return: op.Return, Metadata: op.Key,
+			ClientId: ids.of(op.Holder), Input: in,
+			Call: op.Call, Return: op.Return, Metadata: op.Key,
+		})
+		leave := porcupine.Operation{ClientId: ids.of(op.Holder), Call: op.Return, Return: end, Metadata: op.Key}
+		if w, ok := windows[id]; ok {
+			leave.Call = w.Return
+		}
+		rel, ok := released[id]
+		switch {
+		case ok && rel.Outcome == OutcomeOK:
+			in.step = stepRelease
+			leave.Call, leave.Return = rel.Call, rel.Return
+		case ok && rel.Outcome == OutcomeNotHeld:
+			in.step = stepLeave
+			leave.Return = max(leave.Call, rel.Return)
+		default:
+			in.step = stepLeave
+		}
+		if in.step == stepLeave {
+			// Not the holder's own doing: on a row of its own.
+			leave.ClientId = ids.of("expiries of " + op.Holder)
+		}
+		leave.Input = in
+		history = append(history, leave)
+	}
+	for _, op := range losses {
+		history = append(history, porcupine.Operation{
+			ClientId: ids.of("faults"),
+			Input:    resourceInput{step: stepForget, holder: op.Detail},
+			Call:     op.Call, Return: op.Return, Metadata: "",
 		})
 	}
 	for _, op := range writes {
 		history = append(history, porcupine.Operation{
 			ClientId: ids.of(op.Holder),
-			Input:    resourceInput{write: true, holder: op.Holder, fence: op.Fence},
+			Input:    resourceInput{step: stepWrite, holder: op.Holder, fence: op.Fence},
 			Output:   op.Outcome == OutcomeAccepted,
 			Call:     op.Call, Return: op.Return, Metadata: op.Key,
 		})

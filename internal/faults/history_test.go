@@ -3,6 +3,7 @@
 package faults_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,7 @@ func goodHistory() []faults.Op {
 		{Kind: faults.KindWrite, Key: "k", Holder: "B", Fence: 11, Call: 200, Return: 201, Outcome: faults.OutcomeAccepted},
 		{Kind: faults.KindWrite, Key: "k", Holder: "A", Fence: 10, Call: 250, Return: 251, Outcome: faults.OutcomeRejected},
 		{Kind: faults.KindHold, Key: "k", Holder: "B", Fence: 11, ObtainCall: 120, Call: 150, Return: 300, Outcome: "released"},
-		{Kind: faults.KindRelease, Key: "k", Holder: "B", Call: 300, Return: 310, Outcome: faults.OutcomeOK},
+		{Kind: faults.KindRelease, Key: "k", Holder: "B", Fence: 11, Call: 300, Return: 310, Outcome: faults.OutcomeOK},
 		{Kind: faults.KindFault, Detail: "pause", Call: 60, Return: 240},
 	}
 }
@@ -74,7 +75,17 @@ func TestCheckerCatchesBadHistories(t *testing.T) {
 				ops[find(ops, faults.KindHold, "A", "")].Return = 160 // past B's start
 				return ops
 			}),
-			want: "holding windows overlap",
+			want:    "holding windows overlap",
+			illegal: true,
+		},
+		{
+			name: "returned after its Deadline",
+			ops: edit(func(ops []faults.Op) []faults.Op {
+				i := find(ops, faults.KindHold, "B", "")
+				ops[i].Return, ops[i].Outcome = ops[i].Call-10, "deadline"
+				return ops
+			}),
+			want: `B's lock with fence 11 was returned at 0.000ms, after its window had ended (deadline)`,
 		},
 		{
 			name: "fence not increasing",
@@ -174,4 +185,151 @@ func TestHistoryRecordsOnOneClock(t *testing.T) {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Equal(t, `{"kind":"fault","call":1,"return":2,"detail":"x"}`+"\n", string(data))
+}
+
+// permitHistory is n holders of permits of semaphore "s" with limit: holder
+// i acquires fence 100+i at 10i, and each holds and writes to a job record
+// of its own until it releases, from 1000 on. All n windows are open from
+// the last acquisition to the first release.
+func permitHistory(limit, n int) []faults.Op {
+	var ops []faults.Op
+	for i := range n {
+		holder, fence, at := fmt.Sprintf("H%d", i), int64(100+i), int64(10*i)
+		job := fmt.Sprintf("s/job-%d", i)
+		ops = append(ops,
+			faults.Op{Kind: faults.KindObtain, Key: "s", Limit: limit, Holder: holder, Fence: fence, Call: at, Return: at + 1, Outcome: faults.OutcomeOK},
+			faults.Op{Kind: faults.KindWrite, Key: job, Under: "s", Holder: holder, Fence: fence, Call: 500 + at, Return: 501 + at, Outcome: faults.OutcomeAccepted},
+			faults.Op{Kind: faults.KindHold, Key: "s", Limit: limit, Holder: holder, Fence: fence, ObtainCall: at, Call: at + 1, Return: 1000 + at, Outcome: "released"},
+			faults.Op{Kind: faults.KindRelease, Key: "s", Holder: holder, Fence: fence, Call: 1000 + at, Return: 1001 + at, Outcome: faults.OutcomeOK})
+	}
+	return ops
+}
+
+// The counting check: N holders of a semaphore with N permits may believe
+// at once, N+1 may not; for a lock (no limit recorded), N is 1. Porcupine,
+// whose model counts the holders the server holds, agrees.
+func TestCheckerCountsHolders(t *testing.T) {
+	for _, limit := range []int{0, 1, 2, 3} {
+		n := max(limit, 1)
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			rep := faults.CheckOps(permitHistory(limit, n))
+			require.NoError(t, rep.Err())
+			require.Equal(t, porcupine.Ok, rep.Linearizable)
+			require.Equal(t, n, rep.Peak["s"], "the most holders at once")
+			require.Equal(t, n, rep.Limits["s"])
+
+			rep = faults.CheckOps(permitHistory(limit, n+1))
+			require.ErrorContains(t, rep.Err(), fmt.Sprintf("%d holding windows overlap at 0.000ms, over its limit of %d", n+1, n))
+			require.Equal(t, porcupine.Illegal, rep.Linearizable)
+			require.Equal(t, n+1, rep.Peak["s"])
+		})
+	}
+}
+
+// Holders that come and go, never more than the limit at once, pass
+// however many there are in all.
+func TestCheckerPassesRotatingHolders(t *testing.T) {
+	const limit = 3
+	var ops []faults.Op
+	for i := range 4 * limit {
+		holder, fence, at := fmt.Sprintf("H%d", i), int64(100+i), int64(100*i)
+		end := at + 100*limit - 50 // before holder i+limit acquires
+		ops = append(ops,
+			faults.Op{Kind: faults.KindObtain, Key: "s", Limit: limit, Holder: holder, Fence: fence, Call: at, Return: at + 1, Outcome: faults.OutcomeOK},
+			faults.Op{Kind: faults.KindHold, Key: "s", Limit: limit, Holder: holder, Fence: fence, ObtainCall: at, Call: at + 1, Return: end, Outcome: "released"},
+			faults.Op{Kind: faults.KindRelease, Key: "s", Holder: holder, Fence: fence, Call: end, Return: end + 1, Outcome: faults.OutcomeOK})
+	}
+	rep := faults.CheckOps(ops)
+	require.NoError(t, rep.Err())
+	require.Equal(t, porcupine.Ok, rep.Linearizable)
+	require.Equal(t, limit, rep.Peak["s"])
+
+	// One window held a little longer, into the next holder's start,
+	// makes limit+1.
+	ops[2*3+1].Return = 100*(2+limit) + 10
+	ops[2*3+2].Call = 100*(2+limit) + 10
+	ops[2*3+2].Return = 100*(2+limit) + 11
+	rep = faults.CheckOps(ops)
+	require.ErrorContains(t, rep.Err(), "4 holding windows overlap at 0.001ms, over its limit of 3: H5 fence 105")
+	require.Equal(t, porcupine.Illegal, rep.Linearizable)
+}
+
+// A restart that loses the server's data lets a full semaphore's permits
+// be taken again while their old holders still believe: excused, as for
+// a lock, and linearizable, since the model's server forgets its holders.
+func TestCheckerExcusesPermitsAcrossDataLoss(t *testing.T) {
+	ops := permitHistory(2, 2)
+	for i := range 2 {
+		holder, fence, at := fmt.Sprintf("N%d", i), int64(200+i), int64(100+10*i)
+		ops = append(ops,
+			faults.Op{Kind: faults.KindObtain, Key: "s", Limit: 2, Holder: holder, Fence: fence, Call: at, Return: at + 1, Outcome: faults.OutcomeOK},
+			faults.Op{Kind: faults.KindHold, Key: "s", Limit: 2, Holder: holder, Fence: fence, ObtainCall: at, Call: at + 1, Return: 1500, Outcome: "released"})
+	}
+	restart := faults.Op{Kind: faults.KindFault, Detail: "redis-restart", Call: 50, Return: 60, LosesData: true}
+	// The old holders' releases find nothing.
+	for i := range ops {
+		if ops[i].Kind == faults.KindRelease {
+			ops[i].Outcome = faults.OutcomeNotHeld
+		}
+	}
+	rep := faults.CheckOps(append(ops, restart))
+	require.NoError(t, rep.Err())
+	require.Equal(t, porcupine.Ok, rep.Linearizable)
+	require.Equal(t, 2, rep.ExcusedOverlaps)
+	require.Equal(t, 2, rep.Peak["s"])
+
+	// Without the restart, four at once.
+	rep = faults.CheckOps(ops)
+	require.ErrorContains(t, rep.Err(), "4 holding windows overlap")
+	require.Equal(t, porcupine.Illegal, rep.Linearizable)
+}
+
+// What porcupine sees that the windows do not: a holder whose window ended
+// at its Deadline but whose Release then succeeded was still counted by
+// the server, so a third holder of two permits in the meantime means the
+// server gave out three.
+func TestCheckerCountsWhatTheServerHeld(t *testing.T) {
+	ops := permitHistory(2, 2)
+	i := find(ops, faults.KindHold, "H0", "")
+	ops[i].Return, ops[i].Outcome = 600, "deadline"
+	ops = append(ops,
+		faults.Op{Kind: faults.KindObtain, Key: "s", Limit: 2, Holder: "late", Fence: 300, Call: 700, Return: 701, Outcome: faults.OutcomeOK},
+		faults.Op{Kind: faults.KindHold, Key: "s", Limit: 2, Holder: "late", Fence: 300, ObtainCall: 700, Call: 701, Return: 800, Outcome: "released"})
+	rep := faults.CheckOps(ops)
+	require.Equal(t, 2, rep.Peak["s"], "the windows never overlap three at once")
+	require.ErrorContains(t, rep.Err(), "porcupine")
+	require.Equal(t, porcupine.Illegal, rep.Linearizable)
+
+	// Had H0's Release found its permit gone, the server could have let
+	// it expire at its Deadline.
+	ops[find(ops, faults.KindRelease, "H0", "")].Outcome = faults.OutcomeNotHeld
+	rep = faults.CheckOps(ops)
+	require.NoError(t, rep.Err())
+	require.Equal(t, porcupine.Ok, rep.Linearizable)
+}
+
+// A job record claimed by a newer permit refuses the old holder's later
+// write: a stale write, rejected. Rejected inside the writer's window, it
+// is a violation, as for a lock.
+func TestCheckerJobRecords(t *testing.T) {
+	ops := permitHistory(2, 2)
+	i := find(ops, faults.KindHold, "H0", "")
+	ops[i].Return, ops[i].Outcome = 600, "deadline"
+	ops[find(ops, faults.KindRelease, "H0", "")].Outcome = faults.OutcomeNotHeld
+	ops = append(ops,
+		// B takes H0's permit after its Deadline and claims its job.
+		faults.Op{Kind: faults.KindObtain, Key: "s", Limit: 2, Holder: "B", Fence: 300, Call: 700, Return: 701, Outcome: faults.OutcomeOK},
+		faults.Op{Kind: faults.KindWrite, Key: "s/job-0", Under: "s", Holder: "B", Fence: 300, Call: 710, Return: 711, Outcome: faults.OutcomeAccepted},
+		faults.Op{Kind: faults.KindHold, Key: "s", Limit: 2, Holder: "B", Fence: 300, ObtainCall: 700, Call: 701, Return: 800, Outcome: "released"},
+		// H0, paused past its Deadline, writes late.
+		faults.Op{Kind: faults.KindWrite, Key: "s/job-0", Under: "s", Holder: "H0", Fence: 100, Call: 720, Return: 721, Outcome: faults.OutcomeRejected})
+	rep := faults.CheckOps(ops)
+	require.NoError(t, rep.Err())
+	require.Equal(t, porcupine.Ok, rep.Linearizable)
+	require.Equal(t, 1, rep.StaleRejected)
+
+	// B claimed the job while H0 still believed.
+	ops[i].Return = 800
+	rep = faults.CheckOps(ops)
+	require.ErrorContains(t, rep.Err(), `key "s/job-0": a write by H0 with fence 100 at 0.001ms was rejected inside its holding window`)
 }

@@ -32,14 +32,17 @@ const helperEnv = "LOCKSMITH_FAULTS_HELPER"
 
 // Helper modes.
 const (
-	// modeHold obtains Key with a lease, reports "ready", and holds the
-	// lock until stopped (or killed).
+	// modeHold obtains Key (or with a Limit, one of the permits of the
+	// semaphore Key) with a lease, reports "ready", and holds the lock
+	// until stopped (or killed).
 	modeHold = "hold"
-	// modeWriter obtains Key with a lease, then writes to the store with
-	// its fence every few milliseconds, paying no attention to its lease,
-	// as work paused between its last look at the lease and its write
-	// would; it reports "ready" after its first write, and stops After
-	// writes after its lease ended.
+	// modeWriter obtains Key (or a permit, as modeHold) with a lease, then
+	// writes to the store with its fence every few milliseconds, paying
+	// no attention to its lease, as work paused between its last look at
+	// the lease and its write would; it reports "ready" after its first
+	// write, and stops After writes after its lease ended. It writes to
+	// the record Key, or to Record when set (the job a permit's holder
+	// claimed).
 	modeWriter = "writer"
 	// modeSoak runs runWorker with Worker until stopped.
 	modeSoak = "soak"
@@ -53,6 +56,8 @@ type helperConfig struct {
 	Name   string        `json:"name"`
 	Key    string        `json:"key,omitempty"`
 	TTL    time.Duration `json:"ttl,omitempty"`
+	Limit  int           `json:"limit,omitempty"`  // > 0: Key is a semaphore with Limit permits
+	Record string        `json:"record,omitempty"` // modeWriter: the record to write
 	After  int           `json:"after,omitempty"`
 	Worker workerConfig  `json:"worker"`
 }
@@ -61,6 +66,7 @@ type helperMsg struct {
 	Op     *faults.Op `json:"op,omitempty"`
 	Event  string     `json:"event,omitempty"`
 	Detail string     `json:"detail,omitempty"`
+	Token  string     `json:"token,omitempty"` // "ready": the token of what the helper holds
 }
 
 // msgWriter sends helperMsgs to the test process; it is the helper's
@@ -79,6 +85,11 @@ func (w *msgWriter) send(m helperMsg) {
 func (w *msgWriter) Record(op faults.Op) { w.send(helperMsg{Op: &op}) }
 
 func (w *msgWriter) event(name, detail string) { w.send(helperMsg{Event: name, Detail: detail}) }
+
+// ready reports that the helper holds h: its fence, and its token.
+func (w *msgWriter) ready(h *holding) {
+	w.send(helperMsg{Event: "ready", Detail: fmt.Sprint(h.lk.Fence()), Token: h.lk.Token()})
+}
 
 // runHelper is the whole life of a helper process; it returns its exit
 // status.
@@ -109,14 +120,21 @@ func runHelper(cfgJSON string) int {
 	defer client.Close()
 	l := locksmith.New(client, locksmith.WithFencing())
 	defer l.Close()
+	// take obtains the lock, or a permit of the semaphore.
+	take := func() (*holding, error) {
+		if cfg.Limit > 0 {
+			return tr.acquire(ctx, l.Semaphore(cfg.Key, cfg.Limit), locksmith.WithTTL(cfg.TTL))
+		}
+		return tr.obtain(ctx, l, cfg.Key, locksmith.WithTTL(cfg.TTL))
+	}
 	switch cfg.Mode {
 	case modeHold:
-		h, err := tr.obtain(ctx, l, cfg.Key, locksmith.WithTTL(cfg.TTL))
+		h, err := take()
 		if err != nil {
 			return fail("obtain: %v", err)
 		}
 		h.lease(ctx)
-		out.event("ready", fmt.Sprint(h.lk.Fence()))
+		out.ready(h)
 		<-ctx.Done()
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -129,22 +147,28 @@ func runHelper(cfgJSON string) int {
 			return fail("store: %v", err)
 		}
 		defer store.Close()
-		h, err := tr.obtain(ctx, l, cfg.Key, locksmith.WithTTL(cfg.TTL))
+		h, err := take()
 		if err != nil {
 			return fail("obtain: %v", err)
 		}
 		lctx := h.lease(ctx)
+		write := func() (bool, error) {
+			if cfg.Record != "" {
+				return h.writeRecord(store, cfg.Record)
+			}
+			return h.write(store)
+		}
 		giveUp := time.Now().Add(20 * time.Second)
 		ready := false
 		for after := 0; after <= cfg.After; {
 			if lctx.Err() != nil {
 				after++
 			}
-			if _, err := h.write(store); err != nil {
+			if _, err := write(); err != nil {
 				return fail("write: %v", err)
 			}
 			if !ready {
-				out.event("ready", fmt.Sprint(h.lk.Fence()))
+				out.ready(h)
 				ready = true
 			}
 			if time.Now().After(giveUp) {
@@ -178,6 +202,7 @@ func runHelper(cfgJSON string) int {
 // A helperProc is a running helper process, seen from the test.
 type helperProc struct {
 	t      *testing.T
+	cfg    helperConfig
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stderr bytes.Buffer // read only after exit
@@ -196,7 +221,7 @@ func startHelper(t *testing.T, r *run, cfg helperConfig) *helperProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &helperProc{t: t, events: make(chan helperMsg, 64), exited: make(chan struct{})}
+	p := &helperProc{t: t, cfg: cfg, events: make(chan helperMsg, 64), exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(), helperEnv+"="+string(js))
 	p.cmd.Stderr = &p.stderr
@@ -268,6 +293,30 @@ func (p *helperProc) signal(sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.t.Fatalf("signal %v to helper: %v", sig, err)
 	}
+}
+
+// kill SIGKILLs a helper that holds its Key (a lock, or a permit of its
+// semaphore) with fence, checks that it died of this signal, and records
+// the fault and the end of its holding window in r: a dead process
+// believes nothing. It returns when it sent the signal.
+func (p *helperProc) kill(r *run, fence int64) time.Time {
+	p.t.Helper()
+	killed := time.Now()
+	p.signal(syscall.SIGKILL)
+	// wait errs too when the helper failed on its own, or ran on until
+	// wait killed it: check that it died of this SIGKILL.
+	var exit *exec.ExitError
+	if err := p.wait(5 * time.Second); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		p.t.Fatalf("the helper did not die of SIGKILL: %v", err)
+	}
+	r.faultSpan("kill-holder", killed, killed, false)
+	name := p.cfg.Name
+	obtained := r.firstOp(p.t, func(op faults.Op) bool {
+		return op.Kind == faults.KindObtain && op.Holder == name && op.Outcome == faults.OutcomeOK && op.Fence == fence
+	})
+	r.hist.Record(faults.Op{Kind: faults.KindHold, Key: p.cfg.Key, Limit: p.cfg.Limit, Holder: name, Fence: fence,
+		ObtainCall: obtained.Call, Call: obtained.Return, Return: r.clock.At(killed), Outcome: "killed"})
+	return killed
 }
 
 // stop asks the helper to stop, by closing its standard input.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,7 +42,8 @@ func (d Direction) String() string {
 type Proxy struct {
 	ln     net.Listener
 	target string
-	wg     sync.WaitGroup // every goroutine of the proxy
+	wg     sync.WaitGroup  // every goroutine of the proxy
+	held   [2]atomic.Int64 // by direction: chunks read and not yet written on or dropped
 
 	mu     sync.Mutex // guards the fields below
 	delay  [2]time.Duration
@@ -153,6 +155,13 @@ func (p *Proxy) ResetAfterRequest(match []byte) <-chan struct{} {
 	return tr.fired
 }
 
+// Held returns how many pieces of the byte streams going in direction dir
+// the proxy has read and not yet forwarded (or dropped with their
+// connection): after Heal, zero means that what a blackhole held back
+// has been delivered; under a delay, ToClient counts the replies (and
+// pub/sub messages) held back.
+func (p *Proxy) Held(dir Direction) int { return int(p.held[dir].Load()) }
+
 // Conns returns the number of open connections.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -225,9 +234,11 @@ func (p *Proxy) read(l *link, dir Direction, src net.Conn, out chan<- chunk) {
 			p.mu.Lock()
 			at := time.Now().Add(p.delay[dir])
 			p.mu.Unlock()
+			p.held[dir].Add(1)
 			select {
 			case out <- chunk{data: bytes.Clone(buf[:n]), at: at}:
 			case <-l.done:
+				p.held[dir].Add(-1)
 				return
 			}
 		}
@@ -242,9 +253,21 @@ func (p *Proxy) read(l *link, dir Direction, src net.Conn, out chan<- chunk) {
 // closed its connection), or a write fails, the link ends.
 func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 	defer p.wg.Done()
+	taken := false // a chunk taken from in is not yet written
+	defer func() {
+		// What is left is dropped with the link; the reader closes in
+		// once the link is down.
+		if taken {
+			p.held[dir].Add(-1)
+		}
+		for range in {
+			p.held[dir].Add(-1)
+		}
+	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for c := range in {
+		taken = true
 		if wait := time.Until(c.at); wait > 0 {
 			timer.Reset(wait)
 			select {
@@ -263,6 +286,8 @@ func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 			p.teardown(l, false)
 			return
 		}
+		taken = false
+		p.held[dir].Add(-1)
 	}
 	p.teardown(l, false)
 }

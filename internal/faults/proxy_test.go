@@ -148,6 +148,8 @@ func TestProxyBlackholeHoldsBytesUntilHealed(t *testing.T) {
 	_, err = roundTrip(c2, "new", 200*time.Millisecond)
 	require.Error(t, err)
 	require.Equal(t, 2, p.Conns(), "connections stay open in a blackhole")
+	require.Equal(t, 2, p.Held(faults.ToServer), "what the blackhole holds back")
+	require.Zero(t, p.Held(faults.ToClient))
 
 	// Healed, the held bytes go through, as TCP retransmission would
 	// deliver them.
@@ -157,6 +159,19 @@ func TestProxyBlackholeHoldsBytesUntilHealed(t *testing.T) {
 	_, err = io.ReadFull(c, buf)
 	require.NoError(t, err)
 	require.Equal(t, "lost?", string(buf))
+	_ = c2.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadFull(c2, buf[:len("new")])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return p.Held(faults.ToServer)+p.Held(faults.ToClient) == 0 }, 5*time.Second, time.Millisecond, "delivered, nothing is held")
+
+	// Dropped with a reset, nothing is held either.
+	p.Blackhole(true)
+	_, err = c.Write([]byte("dropped"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return p.Held(faults.ToServer) == 1 }, 5*time.Second, time.Millisecond)
+	p.Reset()
+	require.Eventually(t, func() bool { return p.Held(faults.ToServer)+p.Held(faults.ToClient) == 0 }, 5*time.Second, time.Millisecond)
+	p.Heal()
 }
 
 func TestProxyReset(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,20 +76,7 @@ func TestKilledHolderIsReplacedWithinTTL(t *testing.T) {
 	got := obtainAsync(ctx, worker, l, key, locksmith.WithRetry(locksmith.LinearBackoff(retry)))
 	time.Sleep(3 * retry) // the worker is waiting
 
-	killed := time.Now()
-	helper.signal(syscall.SIGKILL)
-	// wait errs too when the helper failed on its own, or ran on until
-	// wait killed it: check that it died of this SIGKILL.
-	var exit *exec.ExitError
-	require.ErrorAs(t, helper.wait(5*time.Second), &exit, "the helper was killed")
-	require.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
-	r.faultSpan("kill-holder", killed, killed, false)
-	// A dead process believes nothing: its window ends when it dies.
-	obtained := r.firstOp(t, func(op faults.Op) bool {
-		return op.Kind == faults.KindObtain && op.Holder == "process" && op.Outcome == faults.OutcomeOK
-	})
-	r.hist.Record(faults.Op{Kind: faults.KindHold, Key: key, Holder: "process", Fence: helperFence,
-		ObtainCall: obtained.Call, Call: obtained.Return, Return: r.clock.At(killed), Outcome: "killed"})
+	killed := helper.kill(r, helperFence)
 
 	res := receive(t, got, 10*time.Second)
 	require.NoError(t, res.err)
@@ -542,14 +528,14 @@ func TestDroppedConnectionMidRelease(t *testing.T) {
 				var h *holding
 				var stop time.Time
 				err = l.WithLock(ctx, key, func(ctx context.Context) error {
-					h = a.obtained(key, call, time.Now(), locksmith.LockFromContext(ctx), nil)
+					h = a.obtained(key, 0, call, time.Now(), locksmith.LockFromContext(ctx), nil)
 					fired = p.ResetAfterRequest([]byte(h.lk.Token()))
 					stop = time.Now()
 					return nil
 				})
 				require.NotNil(t, h, "WithLock did not run its function: %v", err)
 				h.end(stop, "released")
-				a.recordRelease(key, stop, time.Now(), err)
+				a.recordRelease(h, stop, time.Now(), err)
 				// WithLock's documentation promises ErrLockLost only for
 				// a lock lost while fn ran, which this one was not.
 				t.Logf("WithLock returned %v", err)

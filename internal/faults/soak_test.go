@@ -21,11 +21,13 @@ import (
 // TestSoak runs workers (goroutines and a helper process, each reaching
 // Redis through a proxy of its own) that take locks on a few keys, write
 // under them to the fenced store, and sometimes stall past their TTL,
-// while faults are injected one after another: delays, blackholes and
-// resets on a worker's connections, Redis restarts, CLIENT PAUSE, DEBUG
-// SLEEP, SCRIPT FLUSH, and SIGSTOP of the helper process. At the end the
-// history is checked and the figures are printed (run with -v to see
-// them).
+// and beside them workers (goroutines and a second helper process) that
+// hold permits of a semaphore with fewer permits than they are, while
+// faults are injected one after another: delays, blackholes and resets on
+// a worker's connections, Redis restarts, CLIENT PAUSE, DEBUG SLEEP,
+// SCRIPT FLUSH, and SIGSTOP of a helper process. At the end the history is
+// checked (no more believed-valid windows at once than a key's limit,
+// among the rest) and the figures are printed (run with -v to see them).
 //
 // It runs for -soak (20s by default, as in CI). Its random choices come
 // from -seed, printed at the start: the same seed makes the same choices,
@@ -47,18 +49,24 @@ func TestSoak(t *testing.T) {
 	defer ss.Close()
 	admin := newClient(t, srv.Addr, func(o *redis.Options) { o.ReadTimeout = 5 * time.Second })
 	keys := []string{"soak:a", "soak:b"}
+	// A semaphore with two permits for four workers (three goroutines and
+	// a helper process).
+	const semKey, semLimit = "soak:sem", 2
 
-	const goroutines = 5
-	proxies := make([]*faults.Proxy, goroutines+1)
+	const goroutines, semGoroutines = 5, 3
+	proxies := make([]*faults.Proxy, goroutines+semGoroutines+2)
 	for i := range proxies {
 		proxies[i] = newProxy(t, srv.Addr)
 	}
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	var wg sync.WaitGroup
-	for i := range goroutines {
+	for i := range goroutines + semGoroutines {
 		cfg := workerConfig{Name: fmt.Sprintf("goroutine-%d", i), Addr: proxies[i].Addr(), Keys: keys,
 			Seed: rnd.Uint64(), ContextTimeouts: i%2 == 0, PauseChance: 0.03}
+		if i >= goroutines {
+			cfg.Name, cfg.Keys, cfg.Limit = fmt.Sprintf("sem-goroutine-%d", i-goroutines), []string{semKey}, semLimit
+		}
 		client := workerClient(cfg)
 		t.Cleanup(func() { _ = client.Close() })
 		wg.Add(1)
@@ -67,9 +75,14 @@ func TestSoak(t *testing.T) {
 			runWorker(ctx, cfg, client, r.hist, r.clock, r.store)
 		}()
 	}
-	helper := startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "process",
-		Worker: workerConfig{Name: "process", Addr: proxies[goroutines].Addr(), Keys: keys,
-			Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}})
+	helpers := []*helperProc{
+		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "process",
+			Worker: workerConfig{Name: "process", Addr: proxies[len(proxies)-2].Addr(), Keys: keys,
+				Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
+		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "sem-process",
+			Worker: workerConfig{Name: "sem-process", Addr: proxies[len(proxies)-1].Addr(), Keys: []string{semKey},
+				Limit: semLimit, Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
+	}
 
 	kinds := []string{"delay", "blackhole", "reset", "redis-restart", "client-pause", "debug-sleep", "script-flush", "sigstop"}
 	end := time.Now().Add(*soakFor)
@@ -105,18 +118,31 @@ func TestSoak(t *testing.T) {
 		case "script-flush":
 			require.NoError(t, admin.ScriptFlush(ctx).Err())
 		case "sigstop":
+			helper := helpers[rnd.IntN(len(helpers))]
 			helper.signal(syscall.SIGSTOP)
 			time.Sleep(between(200*time.Millisecond, 1500*time.Millisecond))
 			helper.signal(syscall.SIGCONT)
+			kind += " " + helper.cfg.Name
 		}
 		r.faultSpan(kind, start, time.Now(), losesData)
 	}
 
 	stop()
-	helper.stop()
+	for _, p := range helpers {
+		p.stop()
+	}
 	wg.Wait()
-	require.NoError(t, helper.wait(20*time.Second), "the helper process failed")
-	rep := r.check(t)
+	for _, p := range helpers {
+		require.NoError(t, p.wait(20*time.Second), "the helper process %s failed", p.cfg.Name)
+	}
+	ops := r.hist.Ops()
+	if !*knownBugs {
+		var late int
+		if ops, late = withoutLateLocks(ops); late > 0 {
+			t.Logf("set aside %d locks returned after their Deadline, the known bug of TestLateHandoffAnnouncement (-known-bugs checks them)", late)
+		}
+	}
+	rep := r.checkOps(t, ops)
 	byHolder := make(map[string]int)
 	for _, op := range r.hist.Ops() {
 		if op.Kind == faults.KindObtain && op.Outcome == faults.OutcomeOK {
@@ -125,5 +151,39 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("soak figures (seed %d, %v):\n%s\nacquisitions by worker: %v", seed, *soakFor, rep.Summary(), byHolder)
 	require.Positive(t, rep.Accepted)
-	require.Len(t, byHolder, goroutines+1, "a worker never got a lock")
+	require.Len(t, byHolder, len(proxies), "a worker never got a lock or a permit")
+	require.Equal(t, semLimit, rep.Limits[semKey])
+	require.LessOrEqual(t, rep.Peak[semKey], semLimit)
+}
+
+// withoutLateLocks returns ops without the holdings whose lock was
+// returned as a success after its Deadline (a window that ends before it
+// starts: the known bug of TestLateHandoffAnnouncement), and how many it
+// left out: their acquisition, window, writes and release.
+func withoutLateLocks(ops []faults.Op) ([]faults.Op, int) {
+	type holding struct {
+		key, holder string
+		fence       int64
+	}
+	late := make(map[holding]bool)
+	for _, op := range ops {
+		if op.Kind == faults.KindHold && op.Return < op.Call {
+			late[holding{op.Key, op.Holder, op.Fence}] = true
+		}
+	}
+	if len(late) == 0 {
+		return ops, 0
+	}
+	kept := make([]faults.Op, 0, len(ops))
+	for _, op := range ops {
+		key := op.Key
+		if op.Under != "" {
+			key = op.Under
+		}
+		if op.Kind != faults.KindFault && late[holding{key, op.Holder, op.Fence}] {
+			continue
+		}
+		kept = append(kept, op)
+	}
+	return kept, len(late)
 }

@@ -30,20 +30,35 @@ func NewStore(clock Clock, rec Recorder) *Store {
 	return &Store{clock: clock, rec: rec, highest: make(map[string]int64)}
 }
 
-// Write writes to key on behalf of holder with fence, and reports whether
-// the store accepted it. The error is always nil: Store satisfies the same
-// interface as RemoteStore.
+// Write writes to key on behalf of holder, who holds the lock key with
+// fence, and reports whether the store accepted it. The error is always
+// nil: Store satisfies the same interface as RemoteStore.
 func (s *Store) Write(key, holder string, fence int64) (bool, error) {
+	return s.WriteRecord(key, "", holder, fence)
+}
+
+// WriteRecord writes to record on behalf of holder, who holds the lock or
+// a permit of the semaphore under with fence (under "" means record
+// itself), and reports whether the store accepted it. A semaphore's
+// holders claim records of their own, such as a job each: the record
+// keeps the fence of the permit that wrote it last, and refuses the
+// writes of a holder whose job another has claimed since. The error is
+// always nil.
+func (s *Store) WriteRecord(record, under, holder string, fence int64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	call := s.clock.Now()
-	accepted := fence >= s.highest[key]
+	accepted := fence >= s.highest[record]
 	outcome := OutcomeRejected
 	if accepted {
-		s.highest[key] = fence
+		s.highest[record] = fence
 		outcome = OutcomeAccepted
 	}
-	s.rec.Record(Op{Kind: KindWrite, Key: key, Holder: holder, Fence: fence, Call: call, Return: s.clock.Now(), Outcome: outcome})
+	if under == record {
+		under = ""
+	}
+	s.rec.Record(Op{Kind: KindWrite, Key: record, Under: under, Holder: holder, Fence: fence,
+		Call: call, Return: s.clock.Now(), Outcome: outcome})
 	return accepted, nil
 }
 
@@ -52,6 +67,7 @@ func (s *Store) Write(key, holder string, fence int64) (bool, error) {
 type (
 	writeRequest struct {
 		Key    string `json:"key"`
+		Under  string `json:"under,omitempty"`
 		Holder string `json:"holder"`
 		Fence  int64  `json:"fence"`
 	}
@@ -138,7 +154,7 @@ func (srv *StoreServer) serve(c net.Conn) {
 		if err := dec.Decode(&req); err != nil {
 			return
 		}
-		accepted, _ := srv.store.Write(req.Key, req.Holder, req.Fence)
+		accepted, _ := srv.store.WriteRecord(req.Key, req.Under, req.Holder, req.Fence)
 		if err := enc.Encode(writeReply{Accepted: accepted}); err != nil {
 			return
 		}
@@ -165,8 +181,14 @@ func DialStore(addr string) (*RemoteStore, error) {
 // Write is Store.Write, over the connection; an error means the store may
 // or may not have seen the write.
 func (r *RemoteStore) Write(key, holder string, fence int64) (bool, error) {
+	return r.WriteRecord(key, "", holder, fence)
+}
+
+// WriteRecord is Store.WriteRecord, over the connection; an error means
+// the store may or may not have seen the write.
+func (r *RemoteStore) WriteRecord(record, under, holder string, fence int64) (bool, error) {
 	_ = r.conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := r.enc.Encode(writeRequest{Key: key, Holder: holder, Fence: fence}); err != nil {
+	if err := r.enc.Encode(writeRequest{Key: record, Under: under, Holder: holder, Fence: fence}); err != nil {
 		return false, err
 	}
 	var rep writeReply

@@ -17,7 +17,7 @@ import (
 // A writer writes to the fenced store: a *faults.Store in the test
 // process, a *faults.RemoteStore in a helper process.
 type writer interface {
-	Write(key, holder string, fence int64) (bool, error)
+	WriteRecord(record, under, holder string, fence int64) (bool, error)
 }
 
 // A tracker records the operations of one holder (a goroutine or a helper
@@ -34,13 +34,23 @@ func (tr *tracker) obtain(ctx context.Context, l *locksmith.Locker, key string, 
 	call := time.Now()
 	lk, err := l.Obtain(ctx, key, opts...)
 	ret := time.Now()
-	return tr.obtained(key, call, ret, lk, err), err
+	return tr.obtained(key, 0, call, ret, lk, err), err
+}
+
+// acquire calls s.Acquire and records it; on success it returns the
+// holding of the permit, whose window starts now.
+func (tr *tracker) acquire(ctx context.Context, s *locksmith.Semaphore, opts ...locksmith.Option) (*holding, error) {
+	call := time.Now()
+	lk, err := s.Acquire(ctx, opts...)
+	ret := time.Now()
+	return tr.obtained(s.Key(), s.Limit(), call, ret, lk, err), err
 }
 
 // obtained records an Obtain call made from call to ret that returned lk
-// and err, and returns the holding when it succeeded.
-func (tr *tracker) obtained(key string, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
-	op := faults.Op{Kind: faults.KindObtain, Key: key, Holder: tr.name,
+// and err, and returns the holding when it succeeded. limit is 0 for a
+// lock, and the semaphore's limit for an Acquire of a permit.
+func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
+	op := faults.Op{Kind: faults.KindObtain, Key: key, Limit: limit, Holder: tr.name,
 		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
 	if err != nil {
 		op.Detail = err.Error()
@@ -49,7 +59,7 @@ func (tr *tracker) obtained(key string, call, ret time.Time, lk *locksmith.Lock,
 	}
 	op.Fence = lk.Fence()
 	tr.rec.Record(op)
-	return &holding{tr: tr, key: key, lk: lk, call: call, obtained: ret}
+	return &holding{tr: tr, key: key, limit: limit, lk: lk, call: call, obtained: ret}
 }
 
 // release calls Release, records it, and ends the holding's window.
@@ -58,12 +68,13 @@ func (tr *tracker) release(ctx context.Context, h *holding) error {
 	err := h.lk.Release(ctx)
 	ret := time.Now()
 	h.end(call, "released")
-	tr.recordRelease(h.key, call, ret, err)
+	tr.recordRelease(h, call, ret, err)
 	return err
 }
 
-func (tr *tracker) recordRelease(key string, call, ret time.Time, err error) {
-	op := faults.Op{Kind: faults.KindRelease, Key: key, Holder: tr.name,
+// recordRelease records a release of h from call to ret that returned err.
+func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
+	op := faults.Op{Kind: faults.KindRelease, Key: h.key, Holder: tr.name, Fence: h.lk.Fence(),
 		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
 	if err != nil {
 		op.Detail = err.Error()
@@ -71,11 +82,12 @@ func (tr *tracker) recordRelease(key string, call, ret time.Time, err error) {
 	tr.rec.Record(op)
 }
 
-// A holding is one acquisition, from Obtain's return until the holder
-// stopped believing it held the lock.
+// A holding is one acquisition of a lock or a permit, from its return
+// until the holder stopped believing it held it.
 type holding struct {
 	tr             *tracker
 	key            string
+	limit          int // 0 for a lock; the semaphore's limit for a permit
 	lk             *locksmith.Lock
 	call, obtained time.Time
 
@@ -147,13 +159,20 @@ func (h *holding) end(stop time.Time, why string) {
 	if d := h.lk.Deadline(); d.Before(end) {
 		end, why = d, "deadline"
 	}
-	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Holder: h.tr.name, Fence: h.lk.Fence(),
+	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Holder: h.tr.name, Fence: h.lk.Fence(),
 		ObtainCall: h.tr.clock.At(h.call), Call: h.tr.clock.At(h.obtained), Return: h.tr.clock.At(end), Outcome: why})
 }
 
-// write writes to the store with the holding's fence.
+// write writes to the store's record of the holding's key, with its
+// fence, as a lock's holder does.
 func (h *holding) write(w writer) (bool, error) {
-	return w.Write(h.key, h.tr.name, h.lk.Fence())
+	return w.WriteRecord(h.key, "", h.tr.name, h.lk.Fence())
+}
+
+// writeRecord writes to record with the holding's fence, as the holder of
+// a semaphore's permit does to the job it claimed.
+func (h *holding) writeRecord(w writer, record string) (bool, error) {
+	return w.WriteRecord(record, h.key, h.tr.name, h.lk.Fence())
 }
 
 // workerConfig describes one soak worker.
@@ -169,6 +188,11 @@ type workerConfig struct {
 	// PauseChance is the probability that a step of work ignores the lease
 	// and sleeps past the TTL before writing, as a paused process would.
 	PauseChance float64 `json:"pauseChance"`
+	// Limit, when positive, makes Keys the names of semaphores with Limit
+	// permits: the worker holds one of their permits at a time instead of
+	// a lock, and writes nothing (its holders are up to Limit at once, so
+	// a register that one fence guards is not theirs to share).
+	Limit int `json:"limit,omitempty"`
 }
 
 // workerClient returns the go-redis client of a soak worker.
@@ -183,9 +207,10 @@ func workerClient(cfg workerConfig) *redis.Client {
 	})
 }
 
-// runWorker takes locks on cfg's keys, writes under them to w, and
-// releases them, at random, until ctx ends, recording everything to rec.
-// It returns the number of acquisitions.
+// runWorker takes locks on cfg's keys (or permits of its semaphores),
+// writes under the locks to w, and releases them, at random, until ctx
+// ends, recording everything to rec. It returns the number of
+// acquisitions.
 func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec faults.Recorder, clock faults.Clock, w writer) int {
 	rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(len(cfg.Name))))
 	tr := &tracker{rec: rec, clock: clock, name: cfg.Name}
@@ -218,35 +243,53 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				} else if lctx.Err() != nil {
 					return
 				}
-				_, _ = h.write(w)
+				if cfg.Limit == 0 {
+					_, _ = h.write(w)
+				}
 				if !sleep(between(5*time.Millisecond, 50*time.Millisecond)) {
 					return
 				}
 			}
 		}
 		if rnd.IntN(3) == 0 {
-			// Through WithLock, which leases and releases by itself.
+			// Through WithLock, or WithPermit, which lease and release by
+			// themselves.
 			call := time.Now()
 			var h *holding
 			var stop time.Time
-			err := l.WithLock(ctx, key, func(lctx context.Context) error {
-				h = tr.obtained(key, call, time.Now(), locksmith.LockFromContext(lctx), nil)
+			fn := func(lctx context.Context) error {
+				h = tr.obtained(key, cfg.Limit, call, time.Now(), locksmith.LockFromContext(lctx), nil)
 				h.watch(lctx)
 				work(h, lctx)
 				stop = time.Now()
 				return nil
-			}, locksmith.WithTTL(ttl), locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50)))
+			}
+			opts := []locksmith.Option{locksmith.WithTTL(ttl),
+				locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50))}
+			var err error
+			if cfg.Limit > 0 {
+				err = l.Semaphore(key, cfg.Limit).WithPermit(ctx, fn, opts...)
+			} else {
+				err = l.WithLock(ctx, key, fn, opts...)
+			}
 			if h == nil {
-				tr.obtained(key, call, time.Now(), nil, err)
+				tr.obtained(key, cfg.Limit, call, time.Now(), nil, err)
 			} else {
 				acquired++
 				h.end(stop, "released")
-				tr.recordRelease(key, stop, time.Now(), err)
+				tr.recordRelease(h, stop, time.Now(), err)
 			}
 		} else {
 			octx, cancel := context.WithTimeout(ctx, 2*ttl)
-			h, err := tr.obtain(octx, l, key, locksmith.WithTTL(ttl),
-				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond))))
+			opts := []locksmith.Option{locksmith.WithTTL(ttl),
+				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond)))}
+			var h *holding
+			var err error
+			if cfg.Limit > 0 {
+				h, err = tr.acquire(octx, l.Semaphore(key, cfg.Limit), opts...)
+			} else {
+				h, err = tr.obtain(octx, l, key, opts...)
+			}
 			cancel()
 			if err == nil {
 				acquired++
