@@ -24,7 +24,6 @@ var (
 	soakFor   = flag.Duration("soak", 20*time.Second, "how long TestSoak runs")
 	soakSeed  = flag.Uint64("seed", 0, "seed of TestSoak's random choices (0: pick one and print it)")
 	histories = flag.String("histories", "", "directory for the histories of failed checks (default: a new temporary directory)")
-	knownBugs = flag.Bool("known-bugs", false, "run the tests of known bugs in locksmith, which fail until they are fixed, and let TestSoak check the holdings those bugs spoil")
 )
 
 func TestMain(m *testing.M) {

@@ -32,9 +32,6 @@ import (
 // handoff's fence, below those of three holders in between, 165ms after
 // its Deadline, and its write was refused while Redis held its lock.
 func TestLateHandoffAnnouncement(t *testing.T) {
-	if !*knownBugs {
-		t.Skip("fails: a late handoff announcement returns the lock with a stale fence, and past its Deadline; run with -known-bugs")
-	}
 	srv := redistest.New(t)
 	cases := []struct {
 		name string
