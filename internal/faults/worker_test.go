@@ -46,12 +46,34 @@ func (tr *tracker) acquire(ctx context.Context, s *locksmith.Semaphore, opts ...
 	return tr.obtained(s.Key(), s.Limit(), call, ret, lk, err), err
 }
 
+// obtainRW calls m.ObtainRead, or m.ObtainWrite when access is
+// faults.AccessWrite, and records it; on success it returns the holding,
+// whose window starts now.
+func (tr *tracker) obtainRW(ctx context.Context, m *locksmith.RWMutex, access string, opts ...locksmith.Option) (*holding, error) {
+	obtain := m.ObtainRead
+	if access == faults.AccessWrite {
+		obtain = m.ObtainWrite
+	}
+	call := time.Now()
+	lk, err := obtain(ctx, opts...)
+	ret := time.Now()
+	h := tr.recordObtain(faults.Op{Key: m.Key(), Access: access}, call, ret, lk, err)
+	return h, err
+}
+
 // obtained records an Obtain call made from call to ret that returned lk
 // and err, and returns the holding when it succeeded. limit is 0 for a
 // lock, and the semaphore's limit for an Acquire of a permit.
 func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
-	op := faults.Op{Kind: faults.KindObtain, Key: key, Limit: limit, Holder: tr.name,
-		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
+	return tr.recordObtain(faults.Op{Key: key, Limit: limit}, call, ret, lk, err)
+}
+
+// recordObtain records an acquisition of what op's Key, Limit and Access
+// name, made from call to ret, that returned lk and err, and returns the
+// holding when it succeeded.
+func (tr *tracker) recordObtain(op faults.Op, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
+	op.Kind, op.Holder, op.Outcome = faults.KindObtain, tr.name, outcome(err)
+	op.Call, op.Return = tr.clock.At(call), tr.clock.At(ret)
 	if err != nil {
 		op.Detail = err.Error()
 		tr.rec.Record(op)
@@ -59,7 +81,7 @@ func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *lock
 	}
 	op.Fence = lk.Fence()
 	tr.rec.Record(op)
-	return &holding{tr: tr, key: key, limit: limit, lk: lk, call: call, obtained: ret}
+	return &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, lk: lk, call: call, obtained: ret}
 }
 
 // release calls Release, records it, and ends the holding's window.
@@ -87,7 +109,8 @@ func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
 type holding struct {
 	tr             *tracker
 	key            string
-	limit          int // 0 for a lock; the semaphore's limit for a permit
+	limit          int    // 0 for a lock; the semaphore's limit for a permit
+	access         string // a read-write lock's hold: faults.AccessRead or AccessWrite
 	lk             *locksmith.Lock
 	call, obtained time.Time
 
@@ -159,7 +182,7 @@ func (h *holding) end(stop time.Time, why string) {
 	if d := h.lk.Deadline(); d.Before(end) {
 		end, why = d, "deadline"
 	}
-	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Holder: h.tr.name, Fence: h.lk.Fence(),
+	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Access: h.access, Holder: h.tr.name, Fence: h.lk.Fence(),
 		ObtainCall: h.tr.clock.At(h.call), Call: h.tr.clock.At(h.obtained), Return: h.tr.clock.At(end), Outcome: why})
 }
 
