@@ -216,6 +216,11 @@ type workerConfig struct {
 	// a lock, and writes nothing (its holders are up to Limit at once, so
 	// a register that one fence guards is not theirs to share).
 	Limit int `json:"limit,omitempty"`
+	// RW makes Keys the names of read-write locks: the worker takes the
+	// write hold a third of the time, and writes under it to the record
+	// of the key as under a lock, and otherwise a read hold, under which
+	// it writes nothing.
+	RW bool `json:"rw,omitempty"`
 }
 
 // workerClient returns the go-redis client of a soak worker.
@@ -230,7 +235,8 @@ func workerClient(cfg workerConfig) *redis.Client {
 	})
 }
 
-// runWorker takes locks on cfg's keys (or permits of its semaphores),
+// runWorker takes locks on cfg's keys (or permits of its semaphores, or
+// holds of its read-write locks),
 // writes under the locks to w, and releases them, at random, until ctx
 // ends, recording everything to rec. It returns the number of
 // acquisitions.
@@ -254,6 +260,13 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 		key := cfg.Keys[rnd.IntN(len(cfg.Keys))]
 		ttl := ttls[rnd.IntN(len(ttls))]
 		steps := 1 + rnd.IntN(6)
+		access := ""
+		if cfg.RW {
+			access = faults.AccessRead
+			if rnd.IntN(3) == 0 {
+				access = faults.AccessWrite
+			}
+		}
 		work := func(h *holding, lctx context.Context) {
 			for range steps {
 				if rnd.Float64() < cfg.PauseChance {
@@ -266,7 +279,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				} else if lctx.Err() != nil {
 					return
 				}
-				if cfg.Limit == 0 {
+				if cfg.Limit == 0 && access != faults.AccessRead {
 					_, _ = h.write(w)
 				}
 				if !sleep(between(5*time.Millisecond, 50*time.Millisecond)) {
@@ -281,7 +294,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			var h *holding
 			var stop time.Time
 			fn := func(lctx context.Context) error {
-				h = tr.obtained(key, cfg.Limit, call, time.Now(), locksmith.LockFromContext(lctx), nil)
+				h = tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), locksmith.LockFromContext(lctx), nil)
 				h.watch(lctx)
 				work(h, lctx)
 				stop = time.Now()
@@ -290,13 +303,18 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			opts := []locksmith.Option{locksmith.WithTTL(ttl),
 				locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50))}
 			var err error
-			if cfg.Limit > 0 {
+			switch {
+			case access == faults.AccessRead:
+				err = l.RWMutex(key).WithReadLock(ctx, fn, opts...)
+			case access == faults.AccessWrite:
+				err = l.RWMutex(key).WithWriteLock(ctx, fn, opts...)
+			case cfg.Limit > 0:
 				err = l.Semaphore(key, cfg.Limit).WithPermit(ctx, fn, opts...)
-			} else {
+			default:
 				err = l.WithLock(ctx, key, fn, opts...)
 			}
 			if h == nil {
-				tr.obtained(key, cfg.Limit, call, time.Now(), nil, err)
+				tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), nil, err)
 			} else {
 				acquired++
 				h.end(stop, "released")
@@ -308,9 +326,12 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond)))}
 			var h *holding
 			var err error
-			if cfg.Limit > 0 {
+			switch {
+			case access != "":
+				h, err = tr.obtainRW(octx, l.RWMutex(key), access, opts...)
+			case cfg.Limit > 0:
 				h, err = tr.acquire(octx, l.Semaphore(key, cfg.Limit), opts...)
-			} else {
+			default:
 				h, err = tr.obtain(octx, l, key, opts...)
 			}
 			cancel()
