@@ -53,6 +53,12 @@ const (
 	OutcomeRejected    = "rejected"     // write: a higher fence was seen
 )
 
+// The holds of a read-write lock, for Op.Access.
+const (
+	AccessRead  = "read"  // shared with other readers
+	AccessWrite = "write" // exclusive of readers and other writers
+)
+
 // An Op is one recorded operation, holding window or fault. Times are
 // nanoseconds on one Clock.
 type Op struct {
@@ -74,6 +80,12 @@ type Op struct {
 	// permits write each to a record of their own (a job each), which
 	// keeps the fence of the permit that claimed it, not to one register.
 	Under string `json:"under,omitempty"`
+	// Access is, on the obtains and holds of a read-write lock, which
+	// hold it is: AccessRead or AccessWrite; empty for a lock or a
+	// semaphore. A write window is exclusive: it may overlap no other
+	// window of its key, read or write, while read windows may overlap
+	// each other, any number of them.
+	Access string `json:"access,omitempty"`
 	// LosesData marks a fault during which the server may have forgotten
 	// its keys (a restart without persistence): holding windows that
 	// overlap across it are reported as excused, not as violations.
@@ -141,8 +153,14 @@ type Report struct {
 	// Faults counts the injected faults by kind.
 	Faults map[string]int
 	// Limits is how many holders each key allows at once: 1 for a lock,
-	// the largest limit its calls passed for a semaphore.
+	// the largest limit its calls passed for a semaphore; for a
+	// read-write lock (see ReadWrite) 1 as well, which binds only when a
+	// writer is among them.
 	Limits map[string]int
+	// ReadWrite names the keys of read-write locks: those whose holds
+	// have an Access. Any number of read windows may overlap on them; a
+	// write window overlaps no other.
+	ReadWrite map[string]bool
 	// Peak is, by key, the most holding windows that were open at one
 	// instant, not counting those excused by a loss of data.
 	Peak map[string]int
@@ -157,8 +175,9 @@ type Report struct {
 	// server forgot the old holder's lock.
 	ExcusedRejections int
 	// Linearizable is porcupine's verdict on the model of a server that
-	// holds locks and semaphores, and a fenced store: fences issued in
-	// increasing order, no more holders at once than the key's limit, a
+	// holds locks, semaphores and read-write locks, and a fenced store:
+	// fences issued in increasing order, no more holders at once than the
+	// key's limit (readers, or one writer, for a read-write lock), a
 	// successful Release giving back what the server held, and writes
 	// accepted if and only if their fence is at least the highest
 	// accepted before.
@@ -196,15 +215,23 @@ func (r *Report) Summary() string {
 	}
 	sort.Strings(kinds)
 	peaks := make([]string, 0, len(r.Peak))
+	rwKeys := []string{}
 	for k, n := range r.Peak {
+		if r.ReadWrite[k] {
+			peaks = append(peaks, fmt.Sprintf("%s %d (readers, or one writer)", k, n))
+			rwKeys = append(rwKeys, k)
+			continue
+		}
 		peaks = append(peaks, fmt.Sprintf("%s %d of %d", k, n, r.Limits[k]))
 	}
 	sort.Strings(peaks)
+	sort.Strings(rwKeys)
 	lines := [][2]string{
 		{"operations recorded", fmt.Sprint(r.Ops)},
 		{"obtain calls", fmt.Sprintf("%d (%d acquisitions)", r.Obtains, r.Acquisitions)},
 		{"release calls", fmt.Sprint(r.Releases)},
 		{"most holders at once", strings.Join(peaks, ", ")},
+		{"read-write keys", strings.Join(rwKeys, ", ")},
 		{"fenced writes", fmt.Sprintf("%d (%d accepted, %d rejected)", r.Writes, r.Accepted, r.Rejected)},
 		{"stale writes", fmt.Sprintf("%d (%d accepted before a newer holder wrote, %d rejected)",
 			r.Stale, r.StaleAccepted, r.StaleRejected)},
@@ -235,6 +262,8 @@ const porcupineTimeout = time.Minute
 //   - too many holding windows at once: more holders of a key that
 //     believed their locks (or permits) valid at the same instant than
 //     the key's limit (1 for a lock, n for a semaphore with n permits),
+//     or, on a read-write lock, a write window open at an instant with
+//     any other window, read or write (read windows alone may overlap),
 //     unless a fault that lost the server's data lies between the
 //     acquisition of one of the windows already open and the start of
 //     the next;
@@ -251,10 +280,13 @@ const porcupineTimeout = time.Minute
 // the store, as a second opinion.
 func CheckOps(ops []Op) *Report {
 	r := &Report{Ops: len(ops), Faults: make(map[string]int), Limits: make(map[string]int),
-		Peak: make(map[string]int), ops: ops}
+		ReadWrite: make(map[string]bool), Peak: make(map[string]int), ops: ops}
 	var holds, obtains, releases, writes, losses []Op
 	limit := func(op Op) {
 		r.Limits[op.Key] = max(r.Limits[op.Key], op.Limit, 1)
+		if op.Access != "" {
+			r.ReadWrite[op.Key] = true
+		}
 	}
 	for _, op := range ops {
 		switch op.Kind {
@@ -305,9 +337,17 @@ func CheckOps(ops []Op) *Report {
 	// Holding windows. The most windows open at once are open at the
 	// start of one of them: so at each start, count the earlier windows
 	// still open, less those acquired before a loss of data that came
-	// before this start.
+	// before this start. Too many are more than the limit; on a
+	// read-write lock, more than one with a writer among them (a write
+	// window counts as the whole limit, a read window as nothing).
 	for key, hs := range byKey(holds) {
 		limit := r.Limits[key]
+		tooMany := func(ws []Op) bool { return len(ws) > limit }
+		if r.ReadWrite[key] {
+			tooMany = func(ws []Op) bool {
+				return len(ws) > 1 && slices.ContainsFunc(ws, func(o Op) bool { return o.Access != AccessRead })
+			}
+		}
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Call < hs[j].Call })
 		var open []Op // earlier windows that may still be open
 		for _, h := range hs {
@@ -326,15 +366,23 @@ func CheckOps(ops []Op) *Report {
 			}
 			r.Peak[key] = max(r.Peak[key], len(counted))
 			switch {
-			case len(counted) > limit:
+			case tooMany(counted):
 				windows := make([]string, len(counted))
 				for i, o := range counted {
-					windows[i] = fmt.Sprintf("%s fence %d [%s, %s]", o.Holder, o.Fence, ms(o.Call), ms(o.Return))
+					access := ""
+					if o.Access != "" {
+						access = " " + o.Access
+					}
+					windows[i] = fmt.Sprintf("%s%s fence %d [%s, %s]", o.Holder, access, o.Fence, ms(o.Call), ms(o.Return))
+				}
+				over := fmt.Sprintf("over its limit of %d", limit)
+				if r.ReadWrite[key] {
+					over = "a write window among them"
 				}
 				r.Violations = append(r.Violations, fmt.Sprintf(
-					"key %q: %d holding windows overlap at %s, over its limit of %d: %s",
-					key, len(counted), ms(h.Call), limit, strings.Join(windows, ", ")))
-			case len(open)+1 > limit:
+					"key %q: %d holding windows overlap at %s, %s: %s",
+					key, len(counted), ms(h.Call), over, strings.Join(windows, ", ")))
+			case tooMany(append(slices.Clone(open), h)):
 				r.ExcusedOverlaps++
 			}
 			open = append(open, h)
@@ -448,6 +496,11 @@ func ms(ns int64) string {
 // history, since a renewal delayed in the network can extend a permit on
 // the server past the Deadline its holder knows.
 //
+// A read-write lock's hold joins the same way, but a writer only when
+// nobody holds, and a reader only when no writer holds (any number of
+// readers may); the model does not know of a waiting writer's intent,
+// which only makes the server refuse readers the model would let in.
+//
 // What the model leaves out: an acquisition that failed may still have
 // held a permit for a while (its reply was lost, or came too late and
 // the call removed the permit again), which only makes the server refuse
@@ -460,6 +513,7 @@ type (
 	resourceState struct {
 		issued, accepted int64
 		holders          []string // sorted: the holders the server counts
+		writing          bool     // a read-write lock: one of holders is its writer
 	}
 	resourceInput struct {
 		step   step
@@ -467,6 +521,7 @@ type (
 		id     string // the holding: holder and fence
 		fence  int64
 		limit  int
+		access string // a read-write lock's hold: AccessRead or AccessWrite
 	}
 	step int
 )
@@ -509,36 +564,47 @@ var resourceModel = porcupine.Model{
 		case stepAcquire:
 			// Its fence is above every one issued before, and there was
 			// room for it.
-			if in.fence <= s.issued || len(s.holders) >= in.limit || slices.Contains(s.holders, in.id) {
+			room := len(s.holders) < in.limit
+			switch in.access {
+			case AccessRead:
+				room = !s.writing
+			case AccessWrite:
+				room = len(s.holders) == 0
+			}
+			if in.fence <= s.issued || !room || slices.Contains(s.holders, in.id) {
 				return false, s
 			}
 			holders := slices.Clone(s.holders)
 			i, _ := slices.BinarySearch(holders, in.id)
-			return true, resourceState{issued: in.fence, accepted: s.accepted, holders: slices.Insert(holders, i, in.id)}
+			return true, resourceState{issued: in.fence, accepted: s.accepted, holders: slices.Insert(holders, i, in.id),
+				writing: s.writing || in.access == AccessWrite}
 		case stepRelease, stepLeave:
 			i, found := slices.BinarySearch(s.holders, in.id)
 			if !found {
 				return in.step == stepLeave, s
 			}
 			return true, resourceState{issued: s.issued, accepted: s.accepted,
-				holders: slices.Delete(slices.Clone(s.holders), i, i+1)}
+				holders: slices.Delete(slices.Clone(s.holders), i, i+1), writing: s.writing && in.access != AccessWrite}
 		case stepForget:
 			return true, resourceState{issued: s.issued, accepted: s.accepted}
 		}
 		accepted := output.(bool)
 		if in.fence >= s.accepted {
-			return accepted, resourceState{issued: s.issued, accepted: in.fence, holders: s.holders}
+			return accepted, resourceState{issued: s.issued, accepted: in.fence, holders: s.holders, writing: s.writing}
 		}
 		return !accepted, s
 	},
 	Equal: func(a, b any) bool {
 		x, y := a.(resourceState), b.(resourceState)
-		return x.issued == y.issued && x.accepted == y.accepted && slices.Equal(x.holders, y.holders)
+		return x.issued == y.issued && x.accepted == y.accepted && x.writing == y.writing && slices.Equal(x.holders, y.holders)
 	},
 	DescribeOperation: func(input, output any) string {
 		in := input.(resourceInput)
 		switch in.step {
 		case stepAcquire:
+			if in.access != "" {
+				return fmt.Sprintf("%s obtains the %s hold with fence %d", in.holder, in.access, in.fence)
+			}
 			return fmt.Sprintf("%s obtains fence %d (limit %d)", in.holder, in.fence, in.limit)
 		case stepRelease:
 			return fmt.Sprintf("%s releases fence %d", in.holder, in.fence)
@@ -555,7 +621,11 @@ var resourceModel = porcupine.Model{
 	},
 	DescribeState: func(state any) string {
 		s := state.(resourceState)
-		return fmt.Sprintf("issued %d, accepted %d, held by [%s]", s.issued, s.accepted, strings.Join(s.holders, "; "))
+		writer := ""
+		if s.writing {
+			writer = " (one writer)"
+		}
+		return fmt.Sprintf("issued %d, accepted %d, held by [%s]%s", s.issued, s.accepted, strings.Join(s.holders, "; "), writer)
 	},
 	DescribeOperationMetadata: func(info any) string { return fmt.Sprintf("key %v", info) },
 }
@@ -602,7 +672,7 @@ func checkLinearizable(obtains, holds, releases, writes, losses []Op) (porcupine
 		id := holdID(op.Key, op.Holder, op.Fence)
 		// The call's own limit: a call with a smaller limit than others
 		// of the key is refused while as many as it allows hold.
-		in := resourceInput{holder: op.Holder, id: label(op.Holder, op.Fence), fence: op.Fence, limit: max(op.Limit, 1)}
+		in := resourceInput{holder: op.Holder, id: label(op.Holder, op.Fence), fence: op.Fence, limit: max(op.Limit, 1), access: op.Access}
 		in.step = stepAcquire
 		history = append(history, porcupine.Operation{
 			ClientId: ids.of(op.Holder), Input: in,

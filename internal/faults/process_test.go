@@ -33,7 +33,8 @@ const helperEnv = "LOCKSMITH_FAULTS_HELPER"
 // Helper modes.
 const (
 	// modeHold obtains Key (or with a Limit, one of the permits of the
-	// semaphore Key) with a lease, reports "ready", and holds the lock
+	// semaphore Key, or with RW, the read or write hold of the read-write
+	// lock Key) with a lease, reports "ready", and holds the lock
 	// until stopped (or killed).
 	modeHold = "hold"
 	// modeWriter obtains Key (or a permit, as modeHold) with a lease, then
@@ -57,6 +58,7 @@ type helperConfig struct {
 	Key    string        `json:"key,omitempty"`
 	TTL    time.Duration `json:"ttl,omitempty"`
 	Limit  int           `json:"limit,omitempty"`  // > 0: Key is a semaphore with Limit permits
+	RW     string        `json:"rw,omitempty"`     // faults.AccessRead or AccessWrite: Key is a read-write lock, held so
 	Record string        `json:"record,omitempty"` // modeWriter: the record to write
 	After  int           `json:"after,omitempty"`
 	Worker workerConfig  `json:"worker"`
@@ -120,8 +122,12 @@ func runHelper(cfgJSON string) int {
 	defer client.Close()
 	l := locksmith.New(client, locksmith.WithFencing())
 	defer l.Close()
-	// take obtains the lock, or a permit of the semaphore.
+	// take obtains the lock, a permit of the semaphore, or a hold of the
+	// read-write lock.
 	take := func() (*holding, error) {
+		if cfg.RW != "" {
+			return tr.obtainRW(ctx, l.RWMutex(cfg.Key), cfg.RW, locksmith.WithTTL(cfg.TTL))
+		}
 		if cfg.Limit > 0 {
 			return tr.acquire(ctx, l.Semaphore(cfg.Key, cfg.Limit), locksmith.WithTTL(cfg.TTL))
 		}
@@ -314,7 +320,7 @@ func (p *helperProc) kill(r *run, fence int64) time.Time {
 	obtained := r.firstOp(p.t, func(op faults.Op) bool {
 		return op.Kind == faults.KindObtain && op.Holder == name && op.Outcome == faults.OutcomeOK && op.Fence == fence
 	})
-	r.hist.Record(faults.Op{Kind: faults.KindHold, Key: p.cfg.Key, Limit: p.cfg.Limit, Holder: name, Fence: fence,
+	r.hist.Record(faults.Op{Kind: faults.KindHold, Key: p.cfg.Key, Limit: p.cfg.Limit, Access: p.cfg.RW, Holder: name, Fence: fence,
 		ObtainCall: obtained.Call, Call: obtained.Return, Return: r.clock.At(killed), Outcome: "killed"})
 	return killed
 }

@@ -22,7 +22,9 @@ import (
 // Redis through a proxy of its own) that take locks on a few keys, write
 // under them to the fenced store, and sometimes stall past their TTL,
 // and beside them workers (goroutines and a second helper process) that
-// hold permits of a semaphore with fewer permits than they are, while
+// hold permits of a semaphore with fewer permits than they are, and
+// workers (goroutines and a third helper process) that take read or write
+// holds of a read-write lock, while
 // faults are injected one after another: delays, blackholes and resets on
 // a worker's connections, Redis restarts, CLIENT PAUSE, DEBUG SLEEP,
 // SCRIPT FLUSH, and SIGSTOP of a helper process. At the end the history is
@@ -52,19 +54,25 @@ func TestSoak(t *testing.T) {
 	// A semaphore with two permits for four workers (three goroutines and
 	// a helper process).
 	const semKey, semLimit = "soak:sem", 2
+	// A read-write lock for four workers (three goroutines and a helper
+	// process), each a reader or a writer from one hold to the next.
+	const rwKey = "soak:rw"
 
-	const goroutines, semGoroutines = 5, 3
-	proxies := make([]*faults.Proxy, goroutines+semGoroutines+2)
+	const goroutines, semGoroutines, rwGoroutines = 5, 3, 3
+	proxies := make([]*faults.Proxy, goroutines+semGoroutines+rwGoroutines+3)
 	for i := range proxies {
 		proxies[i] = newProxy(t, srv.Addr)
 	}
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	var wg sync.WaitGroup
-	for i := range goroutines + semGoroutines {
+	for i := range goroutines + semGoroutines + rwGoroutines {
 		cfg := workerConfig{Name: fmt.Sprintf("goroutine-%d", i), Addr: proxies[i].Addr(), Keys: keys,
 			Seed: rnd.Uint64(), ContextTimeouts: i%2 == 0, PauseChance: 0.03}
-		if i >= goroutines {
+		switch {
+		case i >= goroutines+semGoroutines:
+			cfg.Name, cfg.Keys, cfg.RW = fmt.Sprintf("rw-goroutine-%d", i-goroutines-semGoroutines), []string{rwKey}, true
+		case i >= goroutines:
 			cfg.Name, cfg.Keys, cfg.Limit = fmt.Sprintf("sem-goroutine-%d", i-goroutines), []string{semKey}, semLimit
 		}
 		client := workerClient(cfg)
@@ -77,11 +85,14 @@ func TestSoak(t *testing.T) {
 	}
 	helpers := []*helperProc{
 		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "process",
-			Worker: workerConfig{Name: "process", Addr: proxies[len(proxies)-2].Addr(), Keys: keys,
+			Worker: workerConfig{Name: "process", Addr: proxies[len(proxies)-3].Addr(), Keys: keys,
 				Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
 		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "sem-process",
-			Worker: workerConfig{Name: "sem-process", Addr: proxies[len(proxies)-1].Addr(), Keys: []string{semKey},
+			Worker: workerConfig{Name: "sem-process", Addr: proxies[len(proxies)-2].Addr(), Keys: []string{semKey},
 				Limit: semLimit, Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
+		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "rw-process",
+			Worker: workerConfig{Name: "rw-process", Addr: proxies[len(proxies)-1].Addr(), Keys: []string{rwKey},
+				RW: true, Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
 	}
 
 	kinds := []string{"delay", "blackhole", "reset", "redis-restart", "client-pause", "debug-sleep", "script-flush", "sigstop"}
@@ -147,4 +158,18 @@ func TestSoak(t *testing.T) {
 	require.Len(t, byHolder, len(proxies), "a worker never got a lock or a permit")
 	require.Equal(t, semLimit, rep.Limits[semKey])
 	require.LessOrEqual(t, rep.Peak[semKey], semLimit)
+	require.True(t, rep.ReadWrite[rwKey])
+	var reads, writes int
+	for _, op := range r.hist.Ops() {
+		if op.Kind == faults.KindObtain && op.Outcome == faults.OutcomeOK && op.Key == rwKey {
+			if op.Access == faults.AccessWrite {
+				writes++
+			} else {
+				reads++
+			}
+		}
+	}
+	t.Logf("read-write lock %q: %d read holds, %d write holds, most holders at once %d", rwKey, reads, writes, rep.Peak[rwKey])
+	require.Positive(t, reads)
+	require.Positive(t, writes)
 }

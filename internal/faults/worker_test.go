@@ -46,12 +46,34 @@ func (tr *tracker) acquire(ctx context.Context, s *locksmith.Semaphore, opts ...
 	return tr.obtained(s.Key(), s.Limit(), call, ret, lk, err), err
 }
 
+// obtainRW calls m.ObtainRead, or m.ObtainWrite when access is
+// faults.AccessWrite, and records it; on success it returns the holding,
+// whose window starts now.
+func (tr *tracker) obtainRW(ctx context.Context, m *locksmith.RWMutex, access string, opts ...locksmith.Option) (*holding, error) {
+	obtain := m.ObtainRead
+	if access == faults.AccessWrite {
+		obtain = m.ObtainWrite
+	}
+	call := time.Now()
+	lk, err := obtain(ctx, opts...)
+	ret := time.Now()
+	h := tr.recordObtain(faults.Op{Key: m.Key(), Access: access}, call, ret, lk, err)
+	return h, err
+}
+
 // obtained records an Obtain call made from call to ret that returned lk
 // and err, and returns the holding when it succeeded. limit is 0 for a
 // lock, and the semaphore's limit for an Acquire of a permit.
 func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
-	op := faults.Op{Kind: faults.KindObtain, Key: key, Limit: limit, Holder: tr.name,
-		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
+	return tr.recordObtain(faults.Op{Key: key, Limit: limit}, call, ret, lk, err)
+}
+
+// recordObtain records an acquisition of what op's Key, Limit and Access
+// name, made from call to ret, that returned lk and err, and returns the
+// holding when it succeeded.
+func (tr *tracker) recordObtain(op faults.Op, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
+	op.Kind, op.Holder, op.Outcome = faults.KindObtain, tr.name, outcome(err)
+	op.Call, op.Return = tr.clock.At(call), tr.clock.At(ret)
 	if err != nil {
 		op.Detail = err.Error()
 		tr.rec.Record(op)
@@ -59,7 +81,7 @@ func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *lock
 	}
 	op.Fence = lk.Fence()
 	tr.rec.Record(op)
-	return &holding{tr: tr, key: key, limit: limit, lk: lk, call: call, obtained: ret}
+	return &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, lk: lk, call: call, obtained: ret}
 }
 
 // release calls Release, records it, and ends the holding's window.
@@ -87,7 +109,8 @@ func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
 type holding struct {
 	tr             *tracker
 	key            string
-	limit          int // 0 for a lock; the semaphore's limit for a permit
+	limit          int    // 0 for a lock; the semaphore's limit for a permit
+	access         string // a read-write lock's hold: faults.AccessRead or AccessWrite
 	lk             *locksmith.Lock
 	call, obtained time.Time
 
@@ -159,7 +182,7 @@ func (h *holding) end(stop time.Time, why string) {
 	if d := h.lk.Deadline(); d.Before(end) {
 		end, why = d, "deadline"
 	}
-	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Holder: h.tr.name, Fence: h.lk.Fence(),
+	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Access: h.access, Holder: h.tr.name, Fence: h.lk.Fence(),
 		ObtainCall: h.tr.clock.At(h.call), Call: h.tr.clock.At(h.obtained), Return: h.tr.clock.At(end), Outcome: why})
 }
 
@@ -193,6 +216,11 @@ type workerConfig struct {
 	// a lock, and writes nothing (its holders are up to Limit at once, so
 	// a register that one fence guards is not theirs to share).
 	Limit int `json:"limit,omitempty"`
+	// RW makes Keys the names of read-write locks: the worker takes the
+	// write hold a third of the time, and writes under it to the record
+	// of the key as under a lock, and otherwise a read hold, under which
+	// it writes nothing.
+	RW bool `json:"rw,omitempty"`
 }
 
 // workerClient returns the go-redis client of a soak worker.
@@ -207,7 +235,8 @@ func workerClient(cfg workerConfig) *redis.Client {
 	})
 }
 
-// runWorker takes locks on cfg's keys (or permits of its semaphores),
+// runWorker takes locks on cfg's keys (or permits of its semaphores, or
+// holds of its read-write locks),
 // writes under the locks to w, and releases them, at random, until ctx
 // ends, recording everything to rec. It returns the number of
 // acquisitions.
@@ -231,6 +260,13 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 		key := cfg.Keys[rnd.IntN(len(cfg.Keys))]
 		ttl := ttls[rnd.IntN(len(ttls))]
 		steps := 1 + rnd.IntN(6)
+		access := ""
+		if cfg.RW {
+			access = faults.AccessRead
+			if rnd.IntN(3) == 0 {
+				access = faults.AccessWrite
+			}
+		}
 		work := func(h *holding, lctx context.Context) {
 			for range steps {
 				if rnd.Float64() < cfg.PauseChance {
@@ -243,7 +279,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				} else if lctx.Err() != nil {
 					return
 				}
-				if cfg.Limit == 0 {
+				if cfg.Limit == 0 && access != faults.AccessRead {
 					_, _ = h.write(w)
 				}
 				if !sleep(between(5*time.Millisecond, 50*time.Millisecond)) {
@@ -258,7 +294,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			var h *holding
 			var stop time.Time
 			fn := func(lctx context.Context) error {
-				h = tr.obtained(key, cfg.Limit, call, time.Now(), locksmith.LockFromContext(lctx), nil)
+				h = tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), locksmith.LockFromContext(lctx), nil)
 				h.watch(lctx)
 				work(h, lctx)
 				stop = time.Now()
@@ -267,13 +303,18 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			opts := []locksmith.Option{locksmith.WithTTL(ttl),
 				locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50))}
 			var err error
-			if cfg.Limit > 0 {
+			switch {
+			case access == faults.AccessRead:
+				err = l.RWMutex(key).WithReadLock(ctx, fn, opts...)
+			case access == faults.AccessWrite:
+				err = l.RWMutex(key).WithWriteLock(ctx, fn, opts...)
+			case cfg.Limit > 0:
 				err = l.Semaphore(key, cfg.Limit).WithPermit(ctx, fn, opts...)
-			} else {
+			default:
 				err = l.WithLock(ctx, key, fn, opts...)
 			}
 			if h == nil {
-				tr.obtained(key, cfg.Limit, call, time.Now(), nil, err)
+				tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), nil, err)
 			} else {
 				acquired++
 				h.end(stop, "released")
@@ -285,9 +326,12 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond)))}
 			var h *holding
 			var err error
-			if cfg.Limit > 0 {
+			switch {
+			case access != "":
+				h, err = tr.obtainRW(octx, l.RWMutex(key), access, opts...)
+			case cfg.Limit > 0:
 				h, err = tr.acquire(octx, l.Semaphore(key, cfg.Limit), opts...)
-			} else {
+			default:
 				h, err = tr.obtain(octx, l, key, opts...)
 			}
 			cancel()
