@@ -351,8 +351,10 @@ func CheckOps(ops []Op) *Report {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Call < hs[j].Call })
 		var open []Op // earlier windows that may still be open
 		for _, h := range hs {
-			if h.Return < h.Call {
-				// The Deadline had passed when the lock was returned.
+			if h.Call-h.Return > int64(lateReturnSlack) {
+				// The Deadline had passed when the lock was returned,
+				// by more than a goroutine can be held up between the
+				// library's last look at it and the return.
 				r.Violations = append(r.Violations, fmt.Sprintf(
 					"key %q: %s's lock with fence %d was returned at %s, after its window had ended (%s) at %s",
 					key, h.Holder, h.Fence, ms(h.Call), h.Outcome, ms(h.Return)))
@@ -476,6 +478,15 @@ func holdID(key, holder string, fence int64) string {
 }
 
 // ms formats a clock time in milliseconds since the origin.
+// lateReturnSlack is how long after a lock's Deadline Obtain may return
+// it without a violation: the library checks the Deadline just before it
+// returns, and a goroutine can be held up between the two (the race
+// detector, a loaded machine); a holder that must be exact compares the
+// time with the Deadline before it acts. A soak under -race saw a lock
+// returned 1µs after its Deadline; the bugs this looks for returned locks
+// 165ms to 959ms late.
+const lateReturnSlack = 10 * time.Millisecond
+
 func ms(ns int64) string {
 	return fmt.Sprintf("%.3fms", float64(ns)/1e6)
 }

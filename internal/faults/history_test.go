@@ -82,11 +82,12 @@ func TestCheckerCatchesBadHistories(t *testing.T) {
 			name: "returned after its Deadline",
 			ops: edit(func(ops []faults.Op) []faults.Op {
 				i := find(ops, faults.KindHold, "B", "")
-				ops[i].Return, ops[i].Outcome = ops[i].Call-10, "deadline"
+				ops[i].Return, ops[i].Outcome = ops[i].Call-int64(20*time.Millisecond), "deadline"
 				return ops
 			}),
 			want: `B's lock with fence 11 was returned at 0.000ms, after its window had ended (deadline)`,
 		},
+
 		{
 			name: "fence not increasing",
 			ops: edit(func(ops []faults.Op) []faults.Op {
@@ -332,4 +333,17 @@ func TestCheckerJobRecords(t *testing.T) {
 	ops[i].Return = 800
 	rep = faults.CheckOps(ops)
 	require.ErrorContains(t, rep.Err(), `key "s/job-0": a write by H0 with fence 100 at 0.001ms was rejected inside its holding window`)
+}
+
+// TestCheckerAllowsSchedulingAfterDeadline: a lock returned a moment after
+// its Deadline (the goroutine was held up between the library's last look
+// at the Deadline and the return, as under -race on a loaded machine) is
+// not a violation; 20ms late is (see the table above).
+func TestCheckerAllowsSchedulingAfterDeadline(t *testing.T) {
+	ops := edit(func(ops []faults.Op) []faults.Op {
+		i := find(ops, faults.KindHold, "B", "")
+		ops[i].Return, ops[i].Outcome = ops[i].Call-int64(time.Microsecond), "deadline"
+		return ops
+	})
+	require.NoError(t, faults.CheckOps(ops).Err())
 }
