@@ -114,11 +114,15 @@ func (r rawLib) runsOn() topology { return mainServer }
 func (rawLib) baseline() {}
 
 func (r rawLib) settings() string {
-	wait := fmt.Sprintf("SET NX retried every %v", r.retry)
-	if r.retry <= 0 {
-		wait = "SET NX retried at once (spin)"
+	return fmt.Sprintf("go-redis v9 SET NX (TTL %v) + EVALSHA compare-and-delete; SET NX %s; the baseline", lockTTL, retryText(r.retry))
+}
+
+// retryText says how a raw polling loop with delay retry retries.
+func retryText(retry time.Duration) string {
+	if retry <= 0 {
+		return "retried at once (spin)"
 	}
-	return fmt.Sprintf("go-redis v9 SET NX (TTL %v) + EVALSHA compare-and-delete; %s; the baseline", lockTTL, wait)
+	return fmt.Sprintf("retried every %v", retry)
 }
 
 func (r rawLib) newLocker(d *deployment) (locker, error) {

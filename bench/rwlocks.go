@@ -95,10 +95,7 @@ func (rawRWLib) runsOn() topology { return mainServer }
 func (rawRWLib) baseline() {}
 
 func (r rawRWLib) settings() string {
-	wait := fmt.Sprintf("retried every %v", r.retry)
-	if r.retry <= 0 {
-		wait = "retried at once (spin)"
-	}
+	wait := retryText(r.retry)
 	return fmt.Sprintf("go-redis v9 EVALSHA of one script per attempt over 3 keys (readers: a sorted set scored by expiry by server TIME; writer: SET PX; waiting writers' intents: a sorted set, each lapsing %v after its last attempt, which stop new readers), TTL %v, %s; a reader releases with ZREM, a writer with EVALSHA compare-and-delete; the baseline of the read-write rows",
 		rawIntentLife, lockTTL, wait)
 }

@@ -64,10 +64,7 @@ func (rawSemLib) runsOn() topology { return mainServer }
 func (rawSemLib) baseline() {}
 
 func (r rawSemLib) settings() string {
-	wait := fmt.Sprintf("retried every %v", r.retry)
-	if r.retry <= 0 {
-		wait = "retried at once (spin)"
-	}
+	wait := retryText(r.retry)
 	return fmt.Sprintf("go-redis v9 EVALSHA of one script (ZREMRANGEBYSCORE of the expired by server TIME, ZCARD < n, ZADD token with its expiry, TTL %v), %s; ZREM to release; the baseline of the semaphore rows",
 		lockTTL, wait)
 }
