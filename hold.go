@@ -91,13 +91,6 @@ func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error
 	}
 	w := l.notify.join(ctx, ch, t, res, token, a.kind.queued(), start)
 	w.shares = true
-	if a.kind.queued() {
-		// Its attempt left a mark in Redis (a writer's intent) that
-		// stops the others, among them the waiters of this Locker that
-		// joined meanwhile: it goes ahead of them, to try and to renew
-		// the mark, or none of them would ever try again until it lapsed.
-		l.notify.ahead(w)
-	}
 	return l.wait(ctx, a.key, a, backoff, delay, w)
 }
 

@@ -2,6 +2,7 @@ package locksmith
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -164,7 +165,7 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 			w.signal()
 		}
 	}
-	q.waiters = append(q.waiters, w)
+	n.enqueueLocked(w)
 	// A release announced between the ticket and now may have found no
 	// waiter to wake: make up for it. (A new subscription needs nothing:
 	// its confirmation wakes the head.)
@@ -216,37 +217,27 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, head bool) {
 	return false, tryAt, true
 }
 
-// ahead moves w, which just joined, ahead of the waiters of its queue
-// whose attempts leave no mark in Redis (readers, when w is a writer whose
-// attempt left an intent that stops them). A new head is told to look at
-// the queue again.
-func (n *notifier) ahead(w *waiter) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !w.queue {
-		return
-	}
+// enqueueLocked adds w, which is joining, to its queue: at the back, or,
+// when its attempt left a mark in Redis that stops others (w.queued: a
+// lock's handoff entry, a waiting writer's intent), ahead of the waiters
+// whose attempts left none (readers, of a read-write lock). Those cannot
+// get in past w's mark, and only the head tries: behind them, w would
+// never renew its mark, and every one of them would wait for it to
+// lapse. A lock's waiters all leave entries, so they stay in arrival
+// order. A head it replaces is told to look at the queue again.
+func (n *notifier) enqueueLocked(w *waiter) {
 	q := w.q
-	at := -1
-	for i, o := range q.waiters {
-		if o == w {
-			break
+	at := len(q.waiters)
+	if w.queued {
+		for i, o := range q.waiters {
+			if !o.queue {
+				at = i
+				break
+			}
 		}
-		if at < 0 && !o.queue {
-			at = i
-		}
 	}
-	if at < 0 {
-		return
-	}
-	i := at
-	for q.waiters[i] != w {
-		i++
-	}
-	copy(q.waiters[at+1:i+1], q.waiters[at:i])
-	q.waiters[at] = w
-	if at == 0 {
-		w.signal()
+	q.waiters = slices.Insert(q.waiters, at, w)
+	if at == 0 && len(q.waiters) > 1 {
 		q.waiters[1].signal()
 	}
 }

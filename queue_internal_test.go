@@ -114,19 +114,16 @@ func TestQueueMissedHandoffIsTried(t *testing.T) {
 }
 
 // TestQueueWriterGoesAheadOfReaders: a writer whose attempt left an intent
-// in Redis goes ahead of the readers that joined its Locker's queue
-// meanwhile (they cannot enter past the intent), but not ahead of another
-// writer; as the new head it is told to look again, and so is the head it
-// replaced.
+// in Redis joins ahead of the readers already in its Locker's queue (they
+// cannot enter past the intent), but not ahead of another such writer; the
+// head it replaces is told to look again.
 func TestQueueWriterGoesAheadOfReaders(t *testing.T) {
 	n, _ := fakeNotifier(t)
 	const ch = "c"
 	r1, r2 := joinFake(n, ch, "r1"), joinFake(n, ch, "r2")
 	woken(r1)
 	w1 := n.join(context.Background(), ch, ticket{}, acquireRes{holderTTL: -1}, "w1", true, time.Now())
-	n.ahead(w1)
 	require.Equal(t, []*waiter{w1, r1, r2}, w1.q.waiters)
-	require.True(t, woken(w1), "the new head was not told")
 	require.True(t, woken(r1), "the old head was not told")
 	_, tryAt, head := n.plan(w1)
 	require.True(t, head)
@@ -135,10 +132,11 @@ func TestQueueWriterGoesAheadOfReaders(t *testing.T) {
 	require.False(t, head)
 
 	w2 := n.join(context.Background(), ch, ticket{}, acquireRes{holderTTL: -1}, "w2", true, time.Now())
-	n.ahead(w2)
 	require.Equal(t, []*waiter{w1, w2, r1, r2}, w1.q.waiters, "behind the writer, ahead of the readers")
 
+	// Readers, and a writer that joined without an attempt (it left no
+	// intent), stay where they arrived.
 	r3 := joinFake(n, ch, "r3")
-	n.ahead(r3) // readers stay where they arrived
-	require.Equal(t, []*waiter{w1, w2, r1, r2, r3}, w1.q.waiters)
+	w3 := n.join(context.Background(), ch, ticket{}, acquireRes{holderTTL: -1}, "w3", true, time.Time{})
+	require.Equal(t, []*waiter{w1, w2, r1, r2, r3, w3}, w1.q.waiters)
 }
