@@ -130,7 +130,7 @@ func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, e
 	}
 	if len(opts) == 0 {
 		if c != callLock {
-			if err := l.store.allows(l.cfg.usage(c)); err != nil {
+			if err := l.allows(l.cfg.usage(c), key); err != nil {
 				return config{}, err
 			}
 		}
@@ -140,10 +140,19 @@ func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, e
 	if err := cfg.apply(opts, &l.boxes); err != nil {
 		return config{}, err
 	}
-	if err := l.store.allows(cfg.usage(c)); err != nil {
+	if err := l.allows(cfg.usage(c), key); err != nil {
 		return config{}, err
 	}
 	return cfg, nil
+}
+
+// allows returns nil when a call u on key can be served: by its kind
+// (semaphores and read-write locks take no WithReplicas) and by the store.
+func (l *Locker) allows(u usage, key string) error {
+	if u.replicas > 0 && (u.kind == callSemaphore || u.kind == callRW) {
+		return fmt.Errorf("%w: WithReplicas on %q: not supported for semaphores and read-write locks", ErrInvalidArgument, key)
+	}
+	return l.store.allows(u)
 }
 
 // queues reports whether waiters with cfg are queued for handoffs (see

@@ -112,14 +112,7 @@ func (m *RWMutex) config(opts []Option) (config, error) {
 	if m == nil || m.l == nil {
 		return config{}, fmt.Errorf("%w: a zero RWMutex; make one with Locker.RWMutex", ErrInvalidArgument)
 	}
-	cfg, err := m.l.callConfigFor(m.key, opts, callRW)
-	if err != nil {
-		return config{}, err
-	}
-	if cfg.replicas > 0 {
-		return config{}, fmt.Errorf("%w: WithReplicas on read-write lock %q: not supported for read-write locks", ErrInvalidArgument, m.key)
-	}
-	return cfg, nil
+	return m.l.callConfigFor(m.key, opts, callRW)
 }
 
 // readKind and writeKind are the holds of a read-write lock: see

@@ -422,6 +422,8 @@ func TestRWMutexInvalidArguments(t *testing.T) {
 		{"zero RWMutex", &locksmith.RWMutex{}, nil},
 		{"nil RWMutex", nil, nil},
 		{"replicas", l.RWMutex("k"), []locksmith.Option{locksmith.WithReplicas(1, time.Second)}},
+		{"replicas on the Locker", newLocker(t, newClient(t, srv.Options(), []redis.Hook{sent}),
+			locksmith.WithReplicas(1, time.Second)).RWMutex("k"), nil},
 		{"bad TTL", l.RWMutex("k"), []locksmith.Option{locksmith.WithTTL(0)}},
 		{"quorum", q.RWMutex("k"), nil},
 	} {

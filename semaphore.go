@@ -110,14 +110,7 @@ func (s *Semaphore) config(opts []Option) (config, error) {
 	case s.limit < 1:
 		return config{}, fmt.Errorf("%w: semaphore %q has limit %d; it must be at least 1", ErrInvalidArgument, s.key, s.limit)
 	}
-	cfg, err := s.l.callConfigFor(s.key, opts, callSemaphore)
-	if err != nil {
-		return config{}, err
-	}
-	if cfg.replicas > 0 {
-		return config{}, fmt.Errorf("%w: WithReplicas on semaphore %q: not supported for semaphores", ErrInvalidArgument, s.key)
-	}
-	return cfg, nil
+	return s.l.callConfigFor(s.key, opts, callSemaphore)
 }
 
 func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {

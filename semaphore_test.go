@@ -371,6 +371,8 @@ func TestSemaphoreInvalidArguments(t *testing.T) {
 		{"zero Semaphore", &locksmith.Semaphore{}, nil},
 		{"nil Semaphore", nil, nil},
 		{"replicas", l.Semaphore("k", 1), []locksmith.Option{locksmith.WithReplicas(1, time.Second)}},
+		{"replicas on the Locker", newLocker(t, newClient(t, srv.Options(), []redis.Hook{sent}),
+			locksmith.WithReplicas(1, time.Second)).Semaphore("k", 1), nil},
 		{"bad TTL", l.Semaphore("k", 1), []locksmith.Option{locksmith.WithTTL(0)}},
 		{"quorum", q.Semaphore("k", 1), nil},
 	} {
