@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The store side of semaphores (see semaphore.go): one sorted set per
@@ -67,12 +69,13 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 		raw.holders = append(raw.holders, PermitHolder{Token: token, TTL: time.Duration(ms) * time.Millisecond})
 	}
 	raw.fence, raw.hasFence = res[1].(string)
-	if raw.listening, err = s.listening(ctx, k.Channel); err != nil {
+	raw.listening, err = s.listening(ctx, k.Channel)
+	if redis.HasErrorPrefix(err, "NOPERM") {
 		// Counting them takes PUBSUB NUMSUB, which a user confined to
 		// the library's commands may not run: unknown, not a failure.
-		raw.listening = -1
+		return raw, nil
 	}
-	return raw, nil
+	return raw, err
 }
 
 // listening counts the connections subscribed to channel: on Redis
@@ -80,12 +83,20 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 func (s scriptStore) listening(ctx context.Context, channel string) (int64, error) {
 	if !s.sharded() {
 		n, err := s.client.PubSubNumSub(ctx, channel).Result()
-		return n[channel], err
+		return listeners(n, channel, err)
 	}
 	master, err := s.master(ctx, channel)
 	if err != nil {
-		return 0, err
+		return -1, err
 	}
 	n, err := master.PubSubShardNumSub(ctx, channel).Result()
-	return n[channel], err
+	return listeners(n, channel, err)
+}
+
+// listeners returns channel's count in a NUMSUB reply, or -1 with err.
+func listeners(counts map[string]int64, channel string, err error) (int64, error) {
+	if err != nil {
+		return -1, err
+	}
+	return counts[channel], nil
 }
