@@ -1,6 +1,7 @@
 package locksmith
 
 import (
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,12 @@ func (n *notifier) handle(c *subConn, msg any) followUp {
 		if q == nil {
 			return carryOn
 		}
+		q.tellWatchers()
+		if strings.HasPrefix(m.Payload, newsMark) {
+			// News for watchers only (an election's new leader or
+			// value): nothing was released.
+			return carryOn
+		}
 		if h, ok := parseHandoff(m.Payload); ok {
 			n.handedLocked(q, h)
 		} else {
@@ -46,6 +53,7 @@ func (n *notifier) handle(c *subConn, msg any) followUp {
 		if q == nil {
 			return carryOn
 		}
+		q.tellWatchers()
 		switch m.Kind {
 		case "subscribe", "ssubscribe":
 			if !q.subscribed {

@@ -40,6 +40,13 @@ var (
 	// see Locker.Check.
 	ErrNoPermission = errors.New("locksmith: permission denied")
 
+	// ErrResigned is the cause of a term's context's cancellation when
+	// the leader resigned (see Term.Resign).
+	ErrResigned = errors.New("locksmith: resigned")
+
+	// ErrNoLeader means nobody leads the election (see Election.Leader).
+	ErrNoLeader = errors.New("locksmith: no leader")
+
 	// ErrInvalidArgument means a key, option or argument was rejected before
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("locksmith: invalid argument")

@@ -16,7 +16,7 @@ import (
 //	p + "~" + kind + "#{" + p + k + "}"  when it has none and no '}'
 //	p + "~" + kind + "%" + k + xxxx      otherwise (see forcedCompanion)
 //
-// with kind one of queue, fence, done and released. So every name a lock
+// with kind one of queue, fence, done, leader and released. So every name a lock
 // uses starts with the prefix, and a user scoped to it by an ACL key
 // pattern (~p*) and channel pattern (&p*) can use the whole API; and every
 // companion lives in the lock key's Redis Cluster slot, so that one script
@@ -37,6 +37,7 @@ const (
 	fenceKind    = "fence"    // the fence counter: see WithFencing
 	doneKind     = "done"     // the completion record: see Once
 	releasedKind = "released" // the release channel: see wait.go
+	leaderKind   = "leader"   // an election leader's proclaimed value: see Term.Proclaim
 )
 
 // checkKey reports whether key may name a lock.
@@ -153,6 +154,10 @@ type Keys struct {
 	Fence string
 	// Done is the completion record of Once.
 	Done string
+	// Leader holds the value an election's leader proclaimed (see
+	// Term.Proclaim), prefixed by its token; it lives no longer than the
+	// leader's term.
+	Leader string
 	// Channel is the pub/sub channel on which releases are announced
 	// (sharded pub/sub on Redis Cluster).
 	Channel string
@@ -175,6 +180,7 @@ func keysOf(prefix, key string) Keys {
 		Queue:   companion(prefix, key, queueKind),
 		Fence:   companion(prefix, key, fenceKind),
 		Done:    companion(prefix, key, doneKind),
+		Leader:  companion(prefix, key, leaderKind),
 		Channel: companion(prefix, key, releasedKind),
 	}
 }

@@ -82,7 +82,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	if t.queued {
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in.
-		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), queue, time.Time{})
+		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, newToken(cfg), queue, time.Time{})
 		return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w)
 	}
 	// A key this Locker has recently waited for is likely taken: try
@@ -91,7 +91,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	if t.existed {
 		mode = scripted
 	}
-	token := uuid.NewString()
+	token := newToken(cfg)
 	start := time.Now()
 	lk, res, err := l.tryObtain(ctx, key, rkey, cfg, mode, token, queue)
 	if lk != nil || err != nil {
@@ -101,10 +101,20 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w)
 }
 
+// newToken returns a new token for an acquisition with cfg: a random
+// UUID, followed, for an election's campaign, by a space and the
+// candidate's value (see election.go).
+func newToken(cfg *config) string {
+	if cfg.election {
+		return uuid.NewString() + " " + cfg.value
+	}
+	return uuid.NewString()
+}
+
 // tryOnce makes one attempt that does not wait: someone else holding the
 // lock is an error matching ErrNotObtained.
 func (l *Locker) tryOnce(ctx context.Context, key, rkey string, cfg *config) (*Lock, error) {
-	lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, uuid.NewString(), false)
+	lk, _, err := l.tryObtain(ctx, key, rkey, cfg, plainOnce, newToken(cfg), false)
 	if lk == nil && err == nil {
 		err = heldElsewhere(key)
 	}
@@ -175,6 +185,9 @@ func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 		lk.ref.queue = companion(cfg.prefix, key, queueKind)
 		if cfg.fencing {
 			lk.ref.fence = companion(cfg.prefix, key, fenceKind)
+			if cfg.election {
+				lk.ref.leader = companion(cfg.prefix, key, leaderKind)
+			}
 		}
 	}
 	return lk

@@ -142,6 +142,12 @@ type config struct {
 	// doneTTL is how long Once keeps a completion record: whole
 	// milliseconds, at least 1 ms.
 	doneTTL time.Duration
+
+	// election is set for an election's campaign, whose tokens carry the
+	// candidate's value and whose locks keep a proclaimed value beside
+	// them: see election.go. Not an option.
+	election bool
+	value    string
 }
 
 func defaultConfig() config {

@@ -28,6 +28,7 @@ const (
 	needInspect                    // Inspect
 	needSemaphore                  // a semaphore's commands and the scripts: Semaphore calls
 	needRW                         // a read-write lock's commands and the scripts: RWMutex calls
+	needElection                   // an election's proclaimed value: Election calls
 )
 
 // letters returns n as probe.lua takes it.
@@ -36,7 +37,7 @@ func (n need) letters() string {
 	for _, c := range []struct {
 		n      need
 		letter byte
-	}{{needLock, 'l'}, {needSemaphore, 's'}, {needRW, 'w'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}} {
+	}{{needLock, 'l'}, {needSemaphore, 's'}, {needRW, 'w'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}, {needElection, 'e'}} {
 		if n&c.n != 0 {
 			b.WriteByte(c.letter)
 		}
@@ -52,6 +53,9 @@ func (l *Locker) needs(cfg *config, extra need) need {
 	}
 	if cfg.fencing {
 		n |= needFence
+	}
+	if cfg.election {
+		n |= needElection
 	}
 	return n
 }
@@ -111,7 +115,7 @@ func (l *Locker) Check(ctx context.Context) error {
 	fenced := l.cfg.usage(callLock)
 	fenced.fencing = true
 	if l.store.allows(fenced) == nil {
-		n |= needFence
+		n |= needFence | needElection
 	}
 	if l.store.allows(l.cfg.usage(callOnce)) == nil {
 		n |= needOnce | needInspect
@@ -133,7 +137,7 @@ func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error
 	if s.sharded() {
 		sub = "ssubscribe"
 	}
-	res, err := probeScript.Run(ctx, s.client, []string{k.Lock, k.Queue, k.Fence, k.Done},
+	res, err := probeScript.Run(ctx, s.client, []string{k.Lock, k.Queue, k.Fence, k.Done, k.Leader},
 		k.Channel, s.publish(), sub, n.letters()).StringSlice()
 	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command") {
 		// The script itself was refused: no EVALSHA or EVAL, or no access

@@ -1,14 +1,15 @@
 -- Report which of the commands a Locker's calls need the connected user
 -- may not run, on one lock's keys and channel, changing nothing.
 -- KEYS[1]: the lock key. KEYS[2]: its handoff queue. KEYS[3]: its fence
--- counter. KEYS[4]: its completion record.
+-- counter. KEYS[4]: its completion record. KEYS[5]: an election's
+-- proclaimed value.
 -- ARGV[1]: the release channel. ARGV[2]: the command that announces on it
 -- (PUBLISH or SPUBLISH). ARGV[3]: the command that subscribes to it
 -- (SUBSCRIBE or SSUBSCRIBE). ARGV[4]: what to check, a letter for each
 -- need: 'l' the lock key, 's' a semaphore and 'w' a read-write lock at the lock
 -- key's name, 'q' the
 -- handoff queue, 'f' fencing, 'o' completion records, 'a' announcements,
--- 'i' inspection. The scripts are always checked.
+-- 'i' inspection, 'e' an election's proclaimed value. The scripts are always checked.
 -- Returns what is refused, each as "COMMAND name", or an empty list.
 -- Before Redis 7.0 there is no redis.acl_check_cmd: the script then only
 -- shows that scripts run at all.
@@ -82,6 +83,12 @@ if needs('i') then
   check('get', KEYS[3])
   check('get', KEYS[4])
   check('zcount', KEYS[2], '0', '1')
+end
+if needs('e') then
+  check('get', KEYS[5])
+  check('set', KEYS[5], 'x', 'PX', '1')
+  check('pexpire', KEYS[5], '1')
+  check('del', KEYS[5])
 end
 if needs('a') then
   check(ARGV[2], ARGV[1], '')

@@ -35,8 +35,12 @@ type keyQueue struct {
 	// handedTo is the last handoff announced, kept for a waiter whose
 	// attempt queued it and that joins after the handoff was heard.
 	handedTo handoff
-	// idleSince is when the last waiter left, for unsubscribing.
+	// idleSince is when the last waiter or watcher left, for
+	// unsubscribing.
 	idleSince time.Time
+	// watchers hear of everything announced on the channel (see
+	// watch.go); the key stays subscribed while it has any.
+	watchers []*watcher
 
 	// Fairness between Lockers. Redis sends an announcement to its
 	// subscribers one after the other, always in the same order, so
@@ -140,17 +144,10 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 			_ = n.subscribe(ctx, subscribeOn, ch)
 		}
 	}()
-	q := n.keys[ch]
-	created := q == nil
-	if created {
-		// (If another caller's key was reaped since the ticket, node is
-		// "": the key gets the connection of unknown shards, and moves
-		// to its own shard's when that refuses it: see rehome.)
-		q = &keyQueue{channel: ch}
-		n.keys[ch] = q
-		n.active.Add(1)
-		subscribeOn = n.subscribeLocked(q, node)
-	}
+	// (If another caller's key was reaped since the ticket, node is "":
+	// the key gets the connection of unknown shards, and moves to its own
+	// shard's when that refuses it: see rehome.)
+	q, created, subscribeOn := n.keyLocked(ch, node)
 	if holderUntil := holderExpiry(res.holderTTL); !holderUntil.IsZero() {
 		q.holderUntil = holderUntil
 	}
@@ -173,6 +170,26 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 		n.kickLocked(q)
 	}
 	return w
+}
+
+// keyLocked returns the queue of the key whose releases are announced on
+// ch, creating it, subscribed on the connection of node, if it has none;
+// created says whether it did. When it returns a connection, the caller
+// must send the SUBSCRIBE on it once it has released mu (see
+// subscribeLocked).
+func (n *notifier) keyLocked(ch, node string) (q *keyQueue, created bool, subscribeOn *redis.PubSub) {
+	if q = n.keys[ch]; q != nil {
+		return q, false, nil
+	}
+	q = &keyQueue{channel: ch}
+	n.keys[ch] = q
+	n.active.Add(1)
+	return q, true, n.subscribeLocked(q, node)
+}
+
+// idle reports whether nobody waits for or watches q's key.
+func (q *keyQueue) idle() bool {
+	return len(q.waiters) == 0 && len(q.watchers) == 0
 }
 
 // kickLocked wakes the head of q to try, or, when a woken waiter is
@@ -368,7 +385,9 @@ func (n *notifier) removeLocked(w *waiter) {
 	if len(q.waiters) == 0 {
 		q.waiters = nil
 		q.woken, q.pending = nil, false
-		q.idleSince = time.Now()
+		if q.idle() {
+			q.idleSince = time.Now()
+		}
 		return
 	}
 	if q.woken == w {

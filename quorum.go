@@ -82,6 +82,8 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 // records of Once and Inspect.
 func (q quorumStore) allows(u usage) error {
 	switch {
+	case u.kind == callElection:
+		return fmt.Errorf("%w: an election on a quorum of masters: its terms' fences must strictly increase, which independent counters cannot give", ErrInvalidArgument)
 	case u.fencing:
 		return fmt.Errorf("%w: WithFencing on a quorum of masters: independent counters cannot give strictly increasing tokens", ErrInvalidArgument)
 	case u.replicas > 0:
@@ -135,6 +137,18 @@ func (q quorumStore) rwHandles() holdStore { return q }
 
 func (quorumStore) inspectRW(context.Context, Keys) (rawRW, error) {
 	return rawRW{}, errRefusedByAllows
+}
+
+func (quorumStore) leader(context.Context, Keys) (rawLeader, error) {
+	return rawLeader{}, errRefusedByAllows
+}
+
+func (quorumStore) proclaim(context.Context, lockRef, string) (bool, error) {
+	return false, errRefusedByAllows
+}
+
+func (quorumStore) news(context.Context, string, string) error {
+	return errRefusedByAllows
 }
 
 // permits and rwHandles are never called: allows refuses semaphores first.

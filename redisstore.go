@@ -213,16 +213,20 @@ func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, entry ...an
 }
 
 // releaseArgs lays out the release script's arguments for run: its KEYS
-// are the lock key and, when companions is set, the handoff queue and the
-// fence counter (those the lock has: release.lua takes them in that
-// order, each optional after the one before); entry, if given, follows.
+// are the lock key and, when companions is set, the handoff queue, the
+// fence counter and an election's proclaimed value (those the lock has:
+// release.lua takes them in that order, each optional after the one
+// before); entry, if given, follows.
 func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
-	args := make([]any, 4, 3+3+4+len(entry))
+	args := make([]any, 4, 3+4+4+len(entry))
 	args[3] = ref.lockKey
 	if companions && ref.queue != "" {
 		args = append(args, ref.queue)
 		if ref.fence != "" {
 			args = append(args, ref.fence)
+			if ref.leader != "" {
+				args = append(args, ref.leader)
+			}
 		}
 	}
 	args[2] = len(args) - 3
@@ -244,7 +248,11 @@ func (s scriptStore) publish() any {
 var publishCmd, spublishCmd any = "publish", "spublish"
 
 func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	res, err := refreshLua.run(ctx, s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
+	args := []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}
+	if ref.leader != "" {
+		args = []any{nil, nil, 2, ref.lockKey, ref.leader, ref.token, ttl.Milliseconds()}
+	}
+	res, err := refreshLua.run(ctx, s.client, args).Int64()
 	return res == 1, err
 }
 

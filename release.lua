@@ -2,7 +2,9 @@
 -- live entry of its handoff queue, or delete it; and announce which, in
 -- the same step (see notify.go).
 -- KEYS[1]: the lock key. KEYS[2], optional: the handoff queue. KEYS[3],
--- optional: the fence counter.
+-- optional: the fence counter. KEYS[4], optional: an election's
+-- proclaimed value, deleted with the release (a new holder's value is in
+-- its token).
 -- ARGV[1]: the caller's token. ARGV[2]: the release channel. ARGV[3]: the
 -- command that announces on it, PUBLISH or, on Redis Cluster, SPUBLISH.
 -- ARGV[4]: how long the fence counter lives after it was last taken, in
@@ -31,6 +33,9 @@ if redis.call('get', KEYS[1]) ~= ARGV[1] then
     redis.call('zrem', KEYS[2], 'a:' .. ARGV[5], 'l:' .. ARGV[5])
   end
   return 0
+end
+if KEYS[4] then
+  redis.call('del', KEYS[4])
 end
 if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
   local t = redis.call('time')

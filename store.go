@@ -149,6 +149,13 @@ type store interface {
 	// the call through.
 	onceStore
 	inspectStore
+	// leader reads an election's leader (see leader.lua); proclaim sets
+	// the value of the leader holding ref (see proclaim.lua), and
+	// reports whether it still held it; news announces msg, which starts
+	// with newsMark, on the channel ch.
+	leader(ctx context.Context, k Keys) (rawLeader, error)
+	proclaim(ctx context.Context, ref lockRef, value string) (bool, error)
+	news(ctx context.Context, ch, msg string) error
 	// check returns the commands that calls with needs n on the lock
 	// named by k need and the connected user may not run, changing
 	// nothing.
@@ -196,6 +203,7 @@ const (
 	callInspect                   // Inspect
 	callSemaphore                 // a Semaphore's Acquire, WithPermit
 	callRW                        // an RWMutex's calls
+	callElection                  // an Election's calls
 )
 
 // lockRef names one acquisition of a lock to a store: its lock key, its
@@ -208,6 +216,9 @@ type lockRef struct {
 	key   string // the lock key
 	queue string // its handoff queue; "" where waiters are not queued (a quorum)
 	fence string // its fence counter; "" without fencing
+	// leader is an election's proclaimed value (see Term.Proclaim); ""
+	// for any other lock. An election's lock has a queue and a fence.
+	leader string
 
 	lockKey any
 	token   any

@@ -69,9 +69,11 @@ type notifier struct {
 	// isClosed is set by close, under mu: no dispatcher starts after
 	// it. Calls read it without mu.
 	isClosed atomic.Bool
-	// dispatchers counts the running dispatcher goroutines: close waits
-	// for them.
+	// dispatchers counts the running dispatcher goroutines, and
+	// observers the goroutines of election observers (see spawn): close
+	// waits for them.
 	dispatchers sync.WaitGroup
+	observers   sync.WaitGroup
 }
 
 // subConn is one pub/sub connection and the keys subscribed on it. Its
@@ -243,6 +245,7 @@ func (n *notifier) down(c *subConn) {
 		if len(q.waiters) > 0 {
 			q.waiters[0].signal()
 		}
+		q.tellWatchers()
 	}
 }
 
@@ -344,7 +347,7 @@ func (n *notifier) forget(c *subConn) {
 		delete(n.conns, c.node)
 	}
 	for ch, q := range c.keys {
-		if len(q.waiters) == 0 {
+		if q.idle() {
 			delete(c.keys, ch)
 			delete(n.keys, ch)
 			n.active.Add(-1)
@@ -379,6 +382,7 @@ func (n *notifier) close() {
 		for _, w := range q.waiters {
 			w.signal()
 		}
+		q.tellWatchers()
 		add(q.conn)
 	}
 	n.mu.Unlock()
@@ -386,6 +390,24 @@ func (n *notifier) close() {
 		_ = ps.Close()
 	}
 	n.dispatchers.Wait()
+	n.observers.Wait()
+}
+
+// spawn runs f on a goroutine of its own that close waits for, unless the
+// notifier is closed, and reports whether it did. f must return soon
+// after n.ctx is cancelled.
+func (n *notifier) spawn(f func()) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.isClosed.Load() {
+		return false
+	}
+	n.observers.Add(1)
+	go func() {
+		defer n.observers.Done()
+		f()
+	}()
+	return true
 }
 
 // reap unsubscribes c's keys idle for longer than notifyLinger and, when
@@ -395,7 +417,7 @@ func (n *notifier) reap(c *subConn, ps *redis.PubSub, now time.Time) bool {
 	n.mu.Lock()
 	var idle []string
 	for ch, q := range c.keys {
-		if len(q.waiters) == 0 && now.Sub(q.idleSince) > notifyLinger {
+		if q.idle() && now.Sub(q.idleSince) > notifyLinger {
 			idle = append(idle, ch)
 			delete(c.keys, ch)
 			delete(n.keys, ch)
