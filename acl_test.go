@@ -112,6 +112,26 @@ func exerciseAPI(t *testing.T, client, admin redis.UniversalClient) {
 	require.True(t, done)
 	require.NoError(t, l.Check(ctx))
 	require.Zero(t, admin.Exists(ctx, k.Lock).Val(), "the lock is left behind")
+
+	// An election: observed, campaigned for, proclaimed, handed over.
+	e := l.Election(key + ":leader")
+	changes, err := e.Observe(ctx)
+	require.NoError(t, err)
+	term, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	nextLeader(t, changes, "a", func(l locksmith.Leader) bool { return l.Value == "a" })
+	require.NoError(t, term.Proclaim(ctx, "a2"))
+	nextLeader(t, changes, "a2", func(l locksmith.Leader) bool { return l.Value == "a2" })
+	got := campaignInBackground(ctx, other.Election(key+":leader"), nil, "b")
+	ek, err := l.Keys(key + ":leader")
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, ek.Queue).Val() == 1 }, "the candidate queued")
+	require.NoError(t, term.Resign(ctx))
+	b := receiveTerm(t, got, "candidate")
+	require.NoError(t, b.err)
+	nextLeader(t, changes, "b", func(l locksmith.Leader) bool { return l.Value == "b" })
+	require.NoError(t, b.term.Resign(ctx))
+	require.Zero(t, admin.Exists(ctx, ek.Lock, ek.Queue, ek.Leader).Val(), "the election left keys behind")
 }
 
 func TestACLMinimalRule(t *testing.T) {
