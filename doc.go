@@ -47,6 +47,13 @@
 // Once runs a job under the lock unless a completion record says it already
 // ran, and writes that record together with the release.
 //
+// Locker.Semaphore and Locker.RWMutex hand out leased permits of a counted
+// semaphore and holds of a read-write lock, and Locker.Election runs a
+// leader election: Campaign waits until the caller leads and returns a
+// Term, a fenced lock renewed until it is resigned or lost, whose context
+// says when leadership ends; Run is the loop of a process that should do
+// leader work whenever it leads, and Leader and Observe tell who leads.
+//
 // # Leases
 //
 // Work that may outlast the TTL runs under a lease: Lock.Lease renews the
