@@ -233,9 +233,9 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // passed on after the resignation), on a context bounded as WithLock's
 // release is.
 //
-//   - When fn returns nil, or leadership was lost, Run campaigns again
-//     (after a lost term, after a pause that grows from 100ms to 5s while
-//     terms keep failing).
+//   - When fn returns nil, Run campaigns again after 100ms; when
+//     leadership was lost, after a pause that grows from 100ms to 5s
+//     while terms keep being lost or campaigns failing.
 //   - When fn returns an error while leading, Run resigns and returns it.
 //   - A Redis failure while campaigning is retried after the same pause;
 //     an error that retrying cannot mend (ErrInvalidArgument,
@@ -272,7 +272,13 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			}
 			pause = min(pause*2, runPauseMax)
 		default:
+			// Resigned on purpose: let the others' turn begin before
+			// queueing again, so that a function that returns at once
+			// does not spin.
 			pause = runPauseMin
+			if !sleepCtx(ctx, pause) {
+				return ctx.Err()
+			}
 		}
 	}
 }

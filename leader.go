@@ -73,7 +73,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.usable(); err != nil {
 		return Leader{}, err
 	}
-	if err := e.l.verifyNeeds(ctx, e.cfg.prefix, e.name, needElection|needFence); err != nil {
+	if err := e.l.verifyNeeds(ctx, e.cfg.prefix, e.name, e.l.needs(&e.cfg, 0)); err != nil {
 		return Leader{}, err
 	}
 	raw, err := e.l.store.leader(ctx, keysOf(e.cfg.prefix, e.name))
@@ -121,7 +121,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	if err := e.l.verifyNeeds(ctx, e.cfg.prefix, e.name, needElection|needFence); err != nil {
+	if err := e.l.verifyNeeds(ctx, e.cfg.prefix, e.name, e.l.needs(&e.cfg, 0)); err != nil {
 		return nil, err
 	}
 	out := make(chan Leader, 1)
