@@ -422,3 +422,25 @@ func TestElectionOnCluster(t *testing.T) {
 		})
 	}
 }
+
+func TestElectionCandidatesServedInArrivalOrder(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	raw := srv.Client(t)
+	name := uniqueKey(t)
+	term, err := newLocker(t, srv.Client(t)).Election(name).Campaign(ctx, "first")
+	require.NoError(t, err)
+	var pending []<-chan campaigned
+	for i, v := range []string{"b", "c", "d"} {
+		pending = append(pending, campaignInBackground(ctx, newLocker(t, srv.Client(t)).Election(name), nil, v))
+		waitQueued(t, raw, name, i+1)
+	}
+	for i, v := range []string{"b", "c", "d"} {
+		require.NoError(t, term.Resign(ctx))
+		c := receiveTerm(t, pending[i], v)
+		require.NoError(t, c.err)
+		require.Equal(t, v, c.term.Value(), "leadership went out of arrival order")
+		term = c.term
+	}
+	require.NoError(t, term.Resign(ctx))
+}
