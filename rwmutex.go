@@ -102,6 +102,9 @@ func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, 
 func (m *RWMutex) obtain(ctx context.Context, opts []Option, kind holdKind) (*Lock, error) {
 	cfg, err := m.config(opts)
 	if err != nil {
+		if m != nil && m.l != nil {
+			m.l.refused(m.key, opts, kind.hold(), err)
+		}
 		return nil, err
 	}
 	return m.l.acquireHold(ctx, newHoldAttempts(m.l, m.key, &cfg, kind))
@@ -129,6 +132,7 @@ func (readKind) handles(st store) holdStore { return st.rwHandles() }
 func (readKind) member(token string) string { return "r:" + token }
 func (readKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
 func (readKind) queued() bool               { return false }
+func (readKind) hold() Hold                 { return HoldRead }
 func (readKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held or awaited by a writer", ErrNotObtained, key)
 }
@@ -141,6 +145,7 @@ func (writeKind) take(ctx context.Context, st store, ref lockRef, cfg *config, w
 func (writeKind) handles(st store) holdStore { return st.rwHandles() }
 func (writeKind) member(token string) string { return "w:" + token }
 func (writeKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
+func (writeKind) hold() Hold                 { return HoldWrite }
 
 // queued: a waiting writer's intent lapses unless its attempts renew it.
 func (writeKind) queued() bool { return true }

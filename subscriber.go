@@ -72,6 +72,10 @@ type notifier struct {
 	// dispatchers counts the running dispatcher goroutines: close waits
 	// for them.
 	dispatchers sync.WaitGroup
+
+	// obs is the Locker's observer, nil when there is none; set by New
+	// before any dispatcher starts.
+	obs *observer
 }
 
 // subConn is one pub/sub connection and the keys subscribed on it. Its
@@ -165,10 +169,13 @@ func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
 func (n *notifier) dispatch(c *subConn) {
 	defer n.dispatchers.Done()
 	ctx := n.ctx
+	ev := connEvents{n: n, node: c.node}
+	defer ev.report(ConnClosed, nil)
 	ps := n.connect(c)
 	if ps == nil {
 		return
 	}
+	ev.dialed()
 	lastHeard := time.Now()
 	var pingSent time.Time // zero when no PING is outstanding
 	errPause := 10 * time.Millisecond
@@ -178,11 +185,13 @@ func (n *notifier) dispatch(c *subConn) {
 		switch {
 		case err == nil:
 			lastHeard, pingSent, errPause = now, time.Time{}, 10*time.Millisecond
+			ev.heard()
 			switch n.handle(c, msg) {
 			case replaceConn:
 				if ps = n.replace(c, ps); ps == nil {
 					return
 				}
+				ev.replaced(errSlotMoved)
 			case resubscribe:
 				n.resubscribe(c, ps)
 			}
@@ -191,9 +200,11 @@ func (n *notifier) dispatch(c *subConn) {
 			case !pingSent.IsZero() && now.Sub(pingSent) > notifyPingAfter:
 				// The connection is silently dead. Start over on a new
 				// one, subscribed to every key.
+				ev.failed(errNoPong)
 				if ps = n.replace(c, ps); ps == nil {
 					return
 				}
+				ev.replaced(errNoPong)
 				lastHeard, pingSent = now, time.Time{}
 			case pingSent.IsZero() && now.Sub(lastHeard) > notifyPingAfter:
 				if ps.Ping(ctx) == nil {
@@ -210,6 +221,7 @@ func (n *notifier) dispatch(c *subConn) {
 			// subscription (on a cluster, MOVED: the slot has moved).
 			// The waiters poll until a new connection is subscribed.
 			n.down(c)
+			ev.failed(err)
 			pause := time.NewTimer(errPause)
 			select {
 			case <-pause.C:
@@ -220,6 +232,7 @@ func (n *notifier) dispatch(c *subConn) {
 			if ps = n.replace(c, ps); ps == nil {
 				return
 			}
+			ev.replaced(err)
 		}
 		if n.reap(c, ps, now) {
 			return
