@@ -11,7 +11,8 @@ import (
 // An Event is one thing a Locker did. Kind says what; the fields that
 // apply to each kind are documented with it, and the others are zero.
 // Events never carry a lock's token (nor anything else one could use to
-// release or take over a lock): the package's errors do not include it.
+// release or take over a lock): the errors they carry, the package's own
+// and Redis's, do not include it.
 //
 // New kinds of events may be added: an observer should ignore kinds it
 // does not know.
@@ -65,11 +66,13 @@ type Event struct {
 type EventKind uint8
 
 const (
-	// EventObtain ends every Obtain, WithLock, Semaphore.Acquire,
-	// WithPermit, ObtainRead, ObtainWrite, WithReadLock and WithWriteLock
-	// call, and the Obtain inside Once, that got past its arguments (or
-	// was refused for them: Class ClassInvalid or ClassClosed): Err is
-	// nil when it obtained what it asked for. Key, Prefix, Hold, Waited,
+	// EventObtain ends every call of Obtain, WithLock, Semaphore.Acquire,
+	// WithPermit, ObtainRead, ObtainWrite, WithReadLock and
+	// WithWriteLock, and the obtaining inside Once: Err is nil when it
+	// obtained what it asked for. A call refused for its arguments, or
+	// because the Locker is closed, reports one too, with no attempts
+	// and ClassInvalid or ClassClosed (except Once, which reports such a
+	// refusal with its EventOnce only). Key, Prefix, Hold, Waited,
 	// Attempts, HandedOver, Err and Class are set.
 	EventObtain EventKind = iota + 1
 	// EventRelease ends every Release of a handle, including the release

@@ -210,7 +210,9 @@ func (l *Locker) queues(cfg *config) bool {
 // error matching ErrNotHeld, which only repeats what the loss says.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		l.refused(key, opts, HoldLock, err)
+		return err
 	}
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {

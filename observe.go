@@ -37,16 +37,16 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // WithObserver makes the Locker report what it does to o (see Observer
 // and Event). It is an option of New and NewQuorum only: given to a
-// single call, it makes that call fail with ErrInvalidArgument. Events
-// are about the Locker's shared machinery (its queues, its pub/sub
-// connections, the leases of its locks), which one call does not own, and
-// they are delivered by one goroutine of the Locker in order; an observer
-// per call would split that order, for the little that a wrapper around
-// the call cannot already see. A nil o is refused with
-// ErrInvalidArgument. With several WithObserver options, the last wins.
+// single call, it makes that call fail with ErrInvalidArgument. Many
+// events belong to no single call (a pub/sub connection's state, the
+// renewals and loss of a lease that outlives its Obtain), and all are
+// delivered in order by one goroutine of the Locker, which an observer
+// per call would split; a caller that wants to watch one call can time it
+// itself. A nil o is refused with ErrInvalidArgument. With several
+// WithObserver options, the last wins.
 //
-// Without WithObserver a Locker emits nothing and starts no goroutine for
-// it, and locking allocates nothing more than it would.
+// Without WithObserver a Locker emits nothing, starts no goroutine for
+// it, and allocates nothing for it.
 func WithObserver(o Observer) Option {
 	return Option{kind: optObserver, obs: o}
 }
@@ -100,8 +100,8 @@ func (l *Locker) ObserverStats() ObserverStats {
 type observer struct {
 	o Observer
 
-	mu    sync.RWMutex  // guards the fields below; emit holds it shared while it sends
-	state observeState  //
+	mu    sync.RWMutex // guards the fields below; emit holds it shared while it sends
+	state observeState
 	ch    chan Event    // the buffer; made by start, never closed
 	stop  chan struct{} // closed by close, once the goroutine runs
 	done  chan struct{} // closed when the goroutine has returned

@@ -90,7 +90,9 @@ func (m *RWMutex) WithWriteLock(ctx context.Context, fn func(ctx context.Context
 
 func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		m.refused(opts, kind, err)
+		return err
 	}
 	lk, err := m.obtain(ctx, opts, kind)
 	if err != nil {
@@ -102,12 +104,18 @@ func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, 
 func (m *RWMutex) obtain(ctx context.Context, opts []Option, kind holdKind) (*Lock, error) {
 	cfg, err := m.config(opts)
 	if err != nil {
-		if m != nil && m.l != nil {
-			m.l.refused(m.key, opts, kind.hold(), err)
-		}
+		m.refused(opts, kind, err)
 		return nil, err
 	}
 	return m.l.acquireHold(ctx, newHoldAttempts(m.l, m.key, &cfg, kind))
+}
+
+// refused reports a call on m refused for its arguments (see
+// Locker.refused).
+func (m *RWMutex) refused(opts []Option, kind holdKind, err error) {
+	if m != nil && m.l != nil {
+		m.l.refused(m.key, opts, kind.hold(), err)
+	}
 }
 
 // config resolves the options of one call on m.

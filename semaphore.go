@@ -90,7 +90,9 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // ErrLockLost when the permit was lost while fn ran.
 func (s *Semaphore) WithPermit(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		s.refused(opts, err)
+		return err
 	}
 	cfg, err := s.config(opts)
 	if err != nil {
