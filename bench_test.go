@@ -74,6 +74,31 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	// With an observer that does nothing: the cost of emitting two
+	// events (obtain, release) per cycle and delivering them.
+	discard := locksmith.WithObserver(locksmith.ObserverFunc(func(locksmith.Event) {}))
+	b.Run("locksmith-observed", func(b *testing.B) {
+		l := newLocker(b, srv.Client(b), discard)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := obtainRelease(ctx, l, "bench:observed"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if s := l.ObserverStats(); s.Dropped > 0 {
+			b.Logf("%d of %d events dropped", s.Dropped, s.Dropped+s.Delivered)
+		}
+	})
+	b.Run("withlock-observed", func(b *testing.B) {
+		l := newLocker(b, srv.Client(b), discard)
+		noop := func(context.Context) error { return nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.WithLock(ctx, "bench:withlock-observed", noop, locksmith.WithTTL(30*time.Second)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkDistinctKeysParallel(b *testing.B) {

@@ -64,6 +64,15 @@
 // LockFromContext returns the Lock from it. Check context.Cause to tell a
 // lost lock from an ordinary cancellation.
 //
+// # Observability
+//
+// WithObserver, given to New, makes a Locker report what it does as
+// Events to an Observer: obtains with their wait and attempts, releases,
+// renewals, lost leases, Once's results and its pub/sub connection's
+// state. An observer runs on a goroutine of the Locker, behind a bounded
+// buffer, so it never slows locking down; SlogObserver writes the
+// notable events to a log/slog logger.
+//
 // # Errors
 //
 // Errors wrap the sentinels ErrNotObtained, ErrNotHeld, ErrLockLost,

@@ -1,5 +1,7 @@
 package locksmith
 
+import "github.com/redis/go-redis/v9"
+
 // Hooks that let the external tests wait on state they cannot see from
 // outside.
 
@@ -13,4 +15,12 @@ func QueuedWaiters(l *Locker, channel string) int {
 		return len(q.waiters)
 	}
 	return 0
+}
+
+// NewObservedBuffer is New with observer o, whose events wait in a buffer
+// of size, instead of the usual 1024, before they are dropped.
+func NewObservedBuffer(client redis.UniversalClient, o Observer, size int, opts ...Option) *Locker {
+	l := New(client, append(opts, WithObserver(o))...)
+	l.obs.size = size // before the first event, which makes the buffer
+	return l
 }

@@ -30,6 +30,8 @@ type holdKind interface {
 	// busy is the error of a caller that found the hold taken and did
 	// not wait, or whose strategy gave up.
 	busy(key string) error
+	// hold is what its events call it.
+	hold() Hold
 }
 
 // fenceNeed is needFence with fencing, and nothing without.
@@ -56,14 +58,27 @@ func newHoldAttempts(l *Locker, key string, cfg *config, kind holdKind) *holdAtt
 }
 
 // acquireHold takes the hold a describes: one attempt when the strategy
-// gives no delay, otherwise waiting as Obtain does (see wait.go).
+// gives no delay, otherwise waiting as Obtain does (see wait.go). It
+// reports the call to the observer, if there is one.
 func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error) {
+	if l.obs == nil {
+		lk, _, err := l.acquireCounted(ctx, a)
+		return lk, err
+	}
+	start := time.Now()
+	lk, tr, err := l.acquireCounted(ctx, a)
+	l.obs.obtained(a.key, a.cfg.prefix, a.kind.hold(), start, tr, lk, err)
+	return lk, err
+}
+
+// acquireCounted is acquireHold, and also returns what it tried.
+func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tries, error) {
 	if ctx.Err() != nil {
-		return nil, notObtained(ctx, a.key)
+		return nil, tries{}, notObtained(ctx, a.key)
 	}
 	cfg := &a.cfg
 	if err := l.verifyNeeds(ctx, cfg.prefix, a.key, a.kind.needs(cfg)); err != nil {
-		return nil, err
+		return nil, tries{}, err
 	}
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
@@ -72,7 +87,7 @@ func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error
 		if lk == nil && err == nil {
 			err = a.busy()
 		}
-		return lk, err
+		return lk, tries{attempts: 1}, err
 	}
 	a.waiting = true
 	ch := companion(cfg.prefix, a.key, releasedKind)
@@ -81,17 +96,17 @@ func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error
 		// Others of this Locker wait already: queue up behind them.
 		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), a.kind.queued(), time.Time{})
 		w.shares = true
-		return l.wait(ctx, a.key, a, backoff, delay, w)
+		return l.wait(ctx, a.key, a, backoff, delay, w, tries{})
 	}
 	token := uuid.NewString()
 	start := time.Now()
 	lk, res, err := a.try(ctx, token)
 	if lk != nil || err != nil {
-		return lk, err
+		return lk, tries{attempts: 1}, err
 	}
 	w := l.notify.join(ctx, ch, t, res, token, a.kind.queued(), start)
 	w.shares = true
-	return l.wait(ctx, a.key, a, backoff, delay, w)
+	return l.wait(ctx, a.key, a, backoff, delay, w, tries{attempts: 1})
 }
 
 // try makes one attempt with token.
@@ -105,7 +120,7 @@ func (a *holdAttempts) try(ctx context.Context, token string) (*Lock, acquireRes
 // newHandle makes the handle of a hold with token.
 func (a *holdAttempts) newHandle(token string) *Lock {
 	cfg := &a.cfg
-	lk := &Lock{store: a.kind.handles(a.l.store), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk := &Lock{store: a.kind.handles(a.l.store), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: a.kind.hold()}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: a.kind.member(token), fenceTTLMS: cfg.fenceTTLMS,
 		channel: companion(cfg.prefix, a.key, releasedKind)}
 	if cfg.fencing {

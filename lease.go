@@ -201,6 +201,11 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 		case <-timer.C:
 		}
 		err := lk.renewOnce(ctx)
+		if lk.obs != nil && ctx.Err() == nil {
+			// (A renewal cut short by its context is no failure: the
+			// lease or the lock ended.)
+			lk.lockEvent(EventRenewal, err)
+		}
 		switch {
 		case err == nil:
 			timer.Reset(lk.untilRenewal())
@@ -293,6 +298,9 @@ func (lk *Lock) lose(cause error) {
 func (lk *Lock) loseLocked(cause error) {
 	lk.lost = cause
 	lk.endLeasesLocked(cause)
+	if lk.obs != nil {
+		lk.lockEvent(EventLeaseLost, cause)
+	}
 }
 
 // endLeasesLocked cancels the lease contexts with cause (nil: released)

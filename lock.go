@@ -22,12 +22,18 @@ type Lock struct {
 	// and channel.
 	ref lockRef
 
+	// obs is set, before the handle is returned, when the Locker that
+	// obtained it has an observer; nil otherwise. (A pointer, so that a
+	// Lock without one stays in its allocation size class.)
+	obs *lockObserver
+
 	releaseMu sync.Mutex // held for the whole of Release, so releases run one at a time
 
 	mu       sync.Mutex    // guards the fields below
 	ttl      time.Duration // the TTL of the last successful acquire or refresh
 	deadline time.Time     // local end of validity: see Deadline
 	released bool          // Release has deleted the key or found it gone
+	hold     Hold          // what kind of hold it is, for events; never changes
 	lost     error         // why the lock was lost; nil while it is not
 	lease    *leaseState   // nil until the first Lease call
 }
@@ -151,6 +157,14 @@ func releaseOp(ctx context.Context, lk *Lock) (bool, error) {
 // the token and reports whether it did, as Release describes: renewal is
 // stopped first and resumed if op fails; verb names op in errors.
 func (lk *Lock) finish(ctx context.Context, verb string, op func(context.Context, *Lock) (bool, error)) error {
+	err := lk.finishOnce(ctx, verb, op)
+	if lk.obs != nil {
+		lk.lockEvent(EventRelease, err)
+	}
+	return err
+}
+
+func (lk *Lock) finishOnce(ctx context.Context, verb string, op func(context.Context, *Lock) (bool, error)) error {
 	lk.releaseMu.Lock()
 	defer lk.releaseMu.Unlock()
 	if lk.isReleased() {

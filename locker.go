@@ -46,6 +46,8 @@ type Locker struct {
 	verified atomic.Uint32
 
 	boxes msBoxes // the last per-call TTLs, ready for go-redis
+
+	obs *observer // nil without WithObserver
 }
 
 // New returns a Locker that stores locks through client, with opts as the
@@ -72,6 +74,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	l.store = newScriptStore(t)
 	l.notify = newNotifier(t)
 	l.err = l.cfg.apply(opts, &l.boxes)
+	l.observe(opts)
 	return l
 }
 
@@ -97,8 +100,16 @@ func (l *Locker) usable() error {
 	return nil
 }
 
+// observe sets up the observer that opts give, if any (see WithObserver).
+func (l *Locker) observe(opts []Option) {
+	l.obs = observerOf(opts)
+	l.notify.obs = l.obs
+}
+
 // Close stops the Locker's background work and waits for it: the
-// goroutines and pub/sub connections that hear release announcements.
+// goroutines and pub/sub connections that hear release announcements,
+// and the goroutine that delivers events to an observer (see
+// WithObserver), once it has delivered those already buffered.
 // Obtain calls waiting at that moment return promptly with an error
 // matching ErrClosed, after withdrawing from the lock's queue (they leave
 // no lock and no queue entry behind); later calls on the Locker return
@@ -111,6 +122,7 @@ func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.close()
 	}
+	l.obs.close()
 	return nil
 }
 
@@ -135,6 +147,11 @@ func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, e
 			}
 		}
 		return l.cfg, nil
+	}
+	for _, o := range opts {
+		if o.kind == optObserver {
+			return config{}, fmt.Errorf("%w: WithObserver is an option of New, not of a single call", ErrInvalidArgument)
+		}
 	}
 	cfg := l.cfg
 	if err := cfg.apply(opts, &l.boxes); err != nil {
@@ -193,10 +210,13 @@ func (l *Locker) queues(cfg *config) bool {
 // error matching ErrNotHeld, which only repeats what the loss says.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		l.refused(key, opts, HoldLock, err)
+		return err
 	}
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {
+		l.refused(key, opts, HoldLock, err)
 		return err
 	}
 	return l.withLock(ctx, key, &cfg, fn, nil)

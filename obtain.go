@@ -53,17 +53,32 @@ import (
 func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {
+		l.refused(key, opts, HoldLock, err)
 		return nil, err
 	}
 	return l.obtain(ctx, key, &cfg)
 }
 
+// obtain is Obtain once its options are resolved; WithLock and Once
+// share it. It reports the call to the observer, if there is one.
 func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
+	if l.obs == nil {
+		lk, _, err := l.obtainCounted(ctx, key, cfg)
+		return lk, err
+	}
+	start := time.Now()
+	lk, tr, err := l.obtainCounted(ctx, key, cfg)
+	l.obs.obtained(key, cfg.prefix, HoldLock, start, tr, lk, err)
+	return lk, err
+}
+
+// obtainCounted is obtain, and also returns what it tried.
+func (l *Locker) obtainCounted(ctx context.Context, key string, cfg *config) (*Lock, tries, error) {
 	if ctx.Err() != nil {
-		return nil, notObtained(ctx, key)
+		return nil, tries{}, notObtained(ctx, key)
 	}
 	if err := l.verify(ctx, cfg, key, 0); err != nil {
-		return nil, err
+		return nil, tries{}, err
 	}
 	rkey := cfg.prefix + key
 	// The strategy's first delay decides between trying once and
@@ -72,7 +87,8 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
 	if !wait {
-		return l.tryOnce(ctx, key, rkey, cfg)
+		lk, err := l.tryOnce(ctx, key, rkey, cfg)
+		return lk, tries{attempts: 1}, err
 	}
 	// See wait.go for how waiting works, and handoff.go for how a
 	// release hands the lock to a waiter.
@@ -83,7 +99,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in.
 		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, newToken(cfg), queue, time.Time{})
-		return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w)
+		return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w, tries{})
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
@@ -95,10 +111,10 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	start := time.Now()
 	lk, res, err := l.tryObtain(ctx, key, rkey, cfg, mode, token, queue)
 	if lk != nil || err != nil {
-		return lk, err
+		return lk, tries{attempts: 1}, err
 	}
 	w := l.notify.join(ctx, ch, t, res, token, queue, start)
-	return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w)
+	return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w, tries{attempts: 1})
 }
 
 // newToken returns a new token for an acquisition with cfg: a random
@@ -178,7 +194,7 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 
 // newLock makes the handle of an acquisition of rkey with token.
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
-	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl}
+	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
 	lk.ref = lockRef{key: rkey, lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
 	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
 	if l.store.queues() {

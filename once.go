@@ -113,6 +113,14 @@ var errAlreadyDone = errors.New("locksmith: already done")
 // The record lives at Keys(key).Done, beside the lock and in its Redis
 // Cluster slot.
 func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (ran bool, err error) {
+	ran, err = l.once(ctx, key, fn, opts)
+	if l.obs != nil {
+		l.onceResult(key, opts, ran, err)
+	}
+	return ran, err
+}
+
+func (l *Locker) once(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran bool, err error) {
 	if fn == nil {
 		return false, fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}

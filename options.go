@@ -29,6 +29,7 @@ type Option struct {
 	n     int
 	s     string
 	retry RetryStrategy
+	obs   Observer
 }
 
 // optionKind says which setting an Option carries.
@@ -45,6 +46,7 @@ const (
 	optFenceTTL
 	optReplicas
 	optDoneTTL
+	optObserver
 )
 
 // apply applies one option to c.
@@ -105,6 +107,12 @@ func (o Option) apply(c *config) error {
 			return fmt.Errorf("%w: done TTL %v is under 1ms", ErrInvalidArgument, o.d)
 		}
 		c.doneTTL = o.d.Truncate(time.Millisecond)
+	case optObserver:
+		// Taken by New (see observerOf); refused per call (see
+		// callConfigFor).
+		if o.obs == nil {
+			return fmt.Errorf("%w: observer is nil", ErrInvalidArgument)
+		}
 	default:
 		return fmt.Errorf("%w: the zero Option sets nothing; make options with the With functions", ErrInvalidArgument)
 	}

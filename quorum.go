@@ -75,6 +75,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
 		l.err = q.allows(l.cfg.usage(callLock))
 	}
+	l.observe(opts)
 	return l
 }
 

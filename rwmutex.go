@@ -90,7 +90,9 @@ func (m *RWMutex) WithWriteLock(ctx context.Context, fn func(ctx context.Context
 
 func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		m.refused(opts, kind, err)
+		return err
 	}
 	lk, err := m.obtain(ctx, opts, kind)
 	if err != nil {
@@ -102,9 +104,18 @@ func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, 
 func (m *RWMutex) obtain(ctx context.Context, opts []Option, kind holdKind) (*Lock, error) {
 	cfg, err := m.config(opts)
 	if err != nil {
+		m.refused(opts, kind, err)
 		return nil, err
 	}
 	return m.l.acquireHold(ctx, newHoldAttempts(m.l, m.key, &cfg, kind))
+}
+
+// refused reports a call on m refused for its arguments (see
+// Locker.refused).
+func (m *RWMutex) refused(opts []Option, kind holdKind, err error) {
+	if m != nil && m.l != nil {
+		m.l.refused(m.key, opts, kind.hold(), err)
+	}
 }
 
 // config resolves the options of one call on m.
@@ -129,6 +140,7 @@ func (readKind) handles(st store) holdStore { return st.rwHandles() }
 func (readKind) member(token string) string { return "r:" + token }
 func (readKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
 func (readKind) queued() bool               { return false }
+func (readKind) hold() Hold                 { return HoldRead }
 func (readKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held or awaited by a writer", ErrNotObtained, key)
 }
@@ -141,6 +153,7 @@ func (writeKind) take(ctx context.Context, st store, ref lockRef, cfg *config, w
 func (writeKind) handles(st store) holdStore { return st.rwHandles() }
 func (writeKind) member(token string) string { return "w:" + token }
 func (writeKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
+func (writeKind) hold() Hold                 { return HoldWrite }
 
 // queued: a waiting writer's intent lapses unless its attempts renew it.
 func (writeKind) queued() bool { return true }

@@ -76,6 +76,7 @@ func (s *Semaphore) Limit() int { return s.limit }
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
 	cfg, err := s.config(opts)
 	if err != nil {
+		s.refused(opts, err)
 		return nil, err
 	}
 	return s.acquire(ctx, &cfg)
@@ -89,10 +90,13 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // ErrLockLost when the permit was lost while fn ran.
 func (s *Semaphore) WithPermit(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		s.refused(opts, err)
+		return err
 	}
 	cfg, err := s.config(opts)
 	if err != nil {
+		s.refused(opts, err)
 		return err
 	}
 	lk, err := s.acquire(ctx, &cfg)
@@ -113,6 +117,14 @@ func (s *Semaphore) config(opts []Option) (config, error) {
 	return s.l.callConfigFor(s.key, opts, callSemaphore)
 }
 
+// refused reports a call on s refused for its arguments (see
+// Locker.refused).
+func (s *Semaphore) refused(opts []Option, err error) {
+	if s != nil && s.l != nil {
+		s.l.refused(s.key, opts, HoldPermit, err)
+	}
+}
+
 func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
 	return s.l.acquireHold(ctx, newHoldAttempts(s.l, s.key, cfg, permitKind{s.limit}))
 }
@@ -131,6 +143,8 @@ func (permitKind) member(token string) string { return token }
 func (permitKind) needs(cfg *config) need { return needSemaphore | fenceNeed(cfg) }
 
 func (permitKind) queued() bool { return false }
+
+func (permitKind) hold() Hold { return HoldPermit }
 
 func (k permitKind) busy(key string) error {
 	return fmt.Errorf("%w: all %d permits of semaphore %q are held", ErrNotObtained, k.limit, key)

@@ -70,10 +70,14 @@ type notifier struct {
 	// it. Calls read it without mu.
 	isClosed atomic.Bool
 	// dispatchers counts the running dispatcher goroutines, and
-	// observers the goroutines of election observers (see spawn): close
-	// waits for them.
+	// electionObservers the goroutines of Election.Observe (see spawn):
+	// close waits for them.
 	dispatchers sync.WaitGroup
-	observers   sync.WaitGroup
+	electionObservers sync.WaitGroup
+
+	// obs is the Locker's observer, nil when there is none; set by New
+	// before any dispatcher starts.
+	obs *observer
 }
 
 // subConn is one pub/sub connection and the keys subscribed on it. Its
@@ -167,10 +171,13 @@ func (n *notifier) unsubscribe(ps *redis.PubSub, channels ...string) error {
 func (n *notifier) dispatch(c *subConn) {
 	defer n.dispatchers.Done()
 	ctx := n.ctx
+	ev := connEvents{n: n, node: c.node}
+	defer ev.report(ConnClosed, nil)
 	ps := n.connect(c)
 	if ps == nil {
 		return
 	}
+	ev.dialed()
 	lastHeard := time.Now()
 	var pingSent time.Time // zero when no PING is outstanding
 	errPause := 10 * time.Millisecond
@@ -180,11 +187,13 @@ func (n *notifier) dispatch(c *subConn) {
 		switch {
 		case err == nil:
 			lastHeard, pingSent, errPause = now, time.Time{}, 10*time.Millisecond
+			ev.heard()
 			switch n.handle(c, msg) {
 			case replaceConn:
 				if ps = n.replace(c, ps); ps == nil {
 					return
 				}
+				ev.replaced(errSlotMoved)
 			case resubscribe:
 				n.resubscribe(c, ps)
 			}
@@ -193,9 +202,11 @@ func (n *notifier) dispatch(c *subConn) {
 			case !pingSent.IsZero() && now.Sub(pingSent) > notifyPingAfter:
 				// The connection is silently dead. Start over on a new
 				// one, subscribed to every key.
+				ev.failed(errNoPong)
 				if ps = n.replace(c, ps); ps == nil {
 					return
 				}
+				ev.replaced(errNoPong)
 				lastHeard, pingSent = now, time.Time{}
 			case pingSent.IsZero() && now.Sub(lastHeard) > notifyPingAfter:
 				if ps.Ping(ctx) == nil {
@@ -212,6 +223,7 @@ func (n *notifier) dispatch(c *subConn) {
 			// subscription (on a cluster, MOVED: the slot has moved).
 			// The waiters poll until a new connection is subscribed.
 			n.down(c)
+			ev.failed(err)
 			pause := time.NewTimer(errPause)
 			select {
 			case <-pause.C:
@@ -222,6 +234,7 @@ func (n *notifier) dispatch(c *subConn) {
 			if ps = n.replace(c, ps); ps == nil {
 				return
 			}
+			ev.replaced(err)
 		}
 		if n.reap(c, ps, now) {
 			return
@@ -390,7 +403,7 @@ func (n *notifier) close() {
 		_ = ps.Close()
 	}
 	n.dispatchers.Wait()
-	n.observers.Wait()
+	n.electionObservers.Wait()
 }
 
 // spawn runs f on a goroutine of its own that close waits for, unless the
@@ -402,9 +415,9 @@ func (n *notifier) spawn(f func()) bool {
 	if n.isClosed.Load() {
 		return false
 	}
-	n.observers.Add(1)
+	n.electionObservers.Add(1)
 	go func() {
-		defer n.observers.Done()
+		defer n.electionObservers.Done()
 		f()
 	}()
 	return true

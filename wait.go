@@ -91,18 +91,22 @@ func (a *lockAttempts) busy() error { return heldElsewhere(a.key) }
 
 // wait makes waiter w's attempts, through a, until it obtains what it
 // waits for on key, the strategy gives up, or ctx ends. The first retry
-// slot ends after delay.
-func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Backoff, delay time.Duration, w *waiter) (*Lock, error) {
+// slot ends after delay. tr is what the call tried before; wait returns
+// it with its own attempts added.
+func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Backoff, delay time.Duration, w *waiter,
+	tr tries) (*Lock, tries, error) {
 	defer a.leave(ctx, w)
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
 	defer timer.Stop()
 	for {
 		if l.notify.isClosed.Load() {
-			return nil, closedErr(key)
+			return nil, tr, closedErr(key)
 		}
 		if h, since := l.notify.takeHandoff(w); h != nil {
-			return a.handedOver(ctx, w, h, since)
+			tr.handedOver = true
+			lk, err := a.handedOver(ctx, w, h, since)
+			return lk, tr, err
 		}
 		tryNow, tryAt, head := l.notify.plan(w)
 		if !tryNow {
@@ -113,7 +117,7 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 			timer.Reset(time.Until(wakeAt))
 			select {
 			case <-ctx.Done():
-				return nil, notObtained(ctx, key)
+				return nil, tr, notObtained(ctx, key)
 			case <-w.wake:
 				continue
 			case <-timer.C:
@@ -132,7 +136,7 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
-					return nil, a.busy()
+					return nil, tr, a.busy()
 				}
 				slotEnd = now.Add(max(d, 0))
 				continue
@@ -141,18 +145,19 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 		start := time.Now()
 		l.notify.sending(w)
 		lk, res, err := a.attempt(ctx, w)
+		tr.attempts++
 		if err != nil {
 			if res.cleaned {
 				// Withdrawn already: leave need not send it again (nor
 				// wait as long again for an unreachable Redis).
 				l.notify.withdrawn(w)
 			}
-			return nil, err
+			return nil, tr, err
 		}
 		l.notify.observe(time.Since(start))
 		if lk != nil {
 			l.notify.won(w, lk.Deadline(), res.more)
-			return lk, nil
+			return lk, tr, nil
 		}
 		l.notify.lost(w, res, start)
 		// The strategy's budget is its delays: an attempt made within a
@@ -161,7 +166,7 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 		if now := time.Now(); !now.Before(slotEnd) {
 			d, ok := backoff.Next()
 			if !ok {
-				return nil, a.busy()
+				return nil, tr, a.busy()
 			}
 			slotEnd = now.Add(max(d, 0))
 		}

@@ -1,0 +1,340 @@
+package locksmith
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Observing a Locker: the events, the Observer that receives them, and
+// the buffer and goroutine that deliver them.
+
+// An Observer receives the events of a Locker given WithObserver: what
+// its locks, semaphores and read-write locks do, and what its pub/sub
+// connections do. See Event.
+//
+// Observe is called from one goroutine of the Locker, one event at a
+// time, in the order the events were emitted, never from a goroutine that
+// obtains, renews or releases a lock, nor from the one that reads release
+// announcements: a slow Observe delays only later events. Events are
+// buffered (1024 of them); when the buffer is full, new events are
+// dropped and counted (see Event.Dropped and Locker.ObserverStats), so
+// locking never waits for an observer. A panic in Observe is recovered
+// and counted; the next event is delivered as usual.
+//
+// Observe must return: Locker.Close delivers the events still buffered
+// and waits for Observe to return from each of them.
+type Observer interface {
+	Observe(e Event)
+}
+
+// ObserverFunc is a function that is an Observer.
+type ObserverFunc func(e Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// WithObserver makes the Locker report what it does to o (see Observer
+// and Event). It is an option of New and NewQuorum only: given to a
+// single call, it makes that call fail with ErrInvalidArgument. Many
+// events belong to no single call (a pub/sub connection's state, the
+// renewals and loss of a lease that outlives its Obtain), and all are
+// delivered in order by one goroutine of the Locker, which an observer
+// per call would split; a caller that wants to watch one call can time it
+// itself. A nil o is refused with ErrInvalidArgument. With several
+// WithObserver options, the last wins.
+//
+// Without WithObserver a Locker emits nothing, starts no goroutine for
+// it, and allocates nothing for it.
+func WithObserver(o Observer) Option {
+	return Option{kind: optObserver, obs: o}
+}
+
+// observerOf returns the observer the last valid WithObserver in opts
+// gives, if any.
+func observerOf(opts []Option) *observer {
+	var o Observer
+	for _, opt := range opts {
+		if opt.kind == optObserver && opt.obs != nil {
+			o = opt.obs
+		}
+	}
+	if o == nil {
+		return nil
+	}
+	return newObserver(o, observerBuffer)
+}
+
+// observerBuffer is how many events wait for the observer before new ones
+// are dropped.
+const observerBuffer = 1024
+
+// ObserverStats counts what happened to a Locker's events.
+type ObserverStats struct {
+	// Delivered counts the events Observe has returned from (or
+	// panicked in).
+	Delivered uint64
+	// Dropped counts the events dropped because the buffer was full, or
+	// because they happened after Close (a lock obtained before Close can
+	// still be renewed and released).
+	Dropped uint64
+	// Panicked counts the calls of Observe that panicked.
+	Panicked uint64
+}
+
+// ObserverStats returns the counts of the Locker's events so far; all
+// zero without WithObserver. It is safe to call concurrently with
+// anything.
+func (l *Locker) ObserverStats() ObserverStats {
+	ob := l.obs
+	if ob == nil {
+		return ObserverStats{}
+	}
+	return ObserverStats{Delivered: ob.delivered.Load(), Dropped: ob.dropped.Load(), Panicked: ob.panicked.Load()}
+}
+
+// observer delivers a Locker's events to its Observer: emit puts them in
+// a bounded buffer, without waiting, and one goroutine, started by the
+// first event and stopped by close, takes them out and calls Observe.
+type observer struct {
+	o Observer
+
+	mu    sync.RWMutex // guards the fields below; emit holds it shared while it sends
+	state observeState
+	ch    chan Event    // the buffer; made by start, never closed
+	stop  chan struct{} // closed by close, once the goroutine runs
+	done  chan struct{} // closed when the goroutine has returned
+	size  int           // ch's capacity
+
+	delivered, dropped, panicked atomic.Uint64
+	// unreported counts the drops not yet reported in an Event.Dropped.
+	unreported atomic.Uint64
+}
+
+type observeState uint8
+
+const (
+	observeIdle    observeState = iota // no goroutine yet
+	observeRunning                     // the goroutine delivers
+	observeClosed                      // Close was called: events are dropped
+)
+
+func newObserver(o Observer, size int) *observer {
+	return &observer{o: o, size: size}
+}
+
+// emit queues e for delivery, or drops it when the buffer is full or the
+// Locker is closed. It never waits for the observer, so that it may be
+// called from anywhere: a renewal, a dispatcher, under a Lock's mutex.
+func (ob *observer) emit(e Event) {
+	e.Time = time.Now()
+	ob.mu.RLock()
+	if ob.state == observeIdle {
+		ob.mu.RUnlock()
+		ob.start()
+		ob.mu.RLock()
+	}
+	sent := false
+	if ob.state == observeRunning {
+		select {
+		case ob.ch <- e:
+			sent = true
+		default:
+		}
+	}
+	ob.mu.RUnlock()
+	if !sent {
+		ob.dropped.Add(1)
+		ob.unreported.Add(1)
+	}
+}
+
+// start starts the delivering goroutine, unless it runs or the Locker was
+// closed.
+func (ob *observer) start() {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.state != observeIdle {
+		return
+	}
+	ob.ch = make(chan Event, ob.size)
+	ob.stop, ob.done = make(chan struct{}), make(chan struct{})
+	ob.state = observeRunning
+	go ob.run(ob.ch, ob.stop, ob.done)
+}
+
+// run delivers the events of ch until stop is closed, and then those left
+// in ch.
+func (ob *observer) run(ch <-chan Event, stop, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case e := <-ch:
+			ob.deliver(e)
+		case <-stop:
+			// close holds no emit out any more: what ch holds is all.
+			for {
+				select {
+				case e := <-ch:
+					ob.deliver(e)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// deliver calls Observe with e, recovering a panic.
+func (ob *observer) deliver(e Event) {
+	e.Dropped = ob.unreported.Swap(0)
+	defer func() {
+		if recover() != nil {
+			ob.panicked.Add(1)
+		}
+		ob.delivered.Add(1)
+	}()
+	ob.o.Observe(e)
+}
+
+// close stops the delivering goroutine, after it has delivered what is
+// buffered, and waits for it. Events emitted later are dropped. It is
+// safe to call more than once, and on a nil observer.
+func (ob *observer) close() {
+	if ob == nil {
+		return
+	}
+	ob.mu.Lock()
+	if ob.state == observeRunning {
+		close(ob.stop)
+	}
+	ob.state = observeClosed
+	done := ob.done
+	ob.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// tries is what an obtaining call did to get its hold, for its event.
+type tries struct {
+	attempts   int
+	handedOver bool
+}
+
+// obtained reports the end of an obtaining call for key that started at
+// start and returned lk or err; a hold it obtained is then observed too.
+func (ob *observer) obtained(key, prefix string, h Hold, start time.Time, tr tries, lk *Lock, err error) {
+	now := time.Now()
+	if lk != nil {
+		lk.obs = &lockObserver{ob: ob, acquired: now}
+	}
+	ob.emit(Event{Kind: EventObtain, Key: key, Prefix: prefix, Hold: h, Waited: now.Sub(start),
+		Attempts: tr.attempts, HandedOver: tr.handedOver, Err: err, Class: classOf(err)})
+}
+
+// refused reports an obtaining call for key with opts refused for its
+// arguments, or because the Locker is closed, before it sent anything.
+func (l *Locker) refused(key string, opts []Option, h Hold, err error) {
+	if l.obs != nil {
+		l.obs.emit(Event{Kind: EventObtain, Key: key, Prefix: l.prefixOf(opts), Hold: h, Err: err, Class: classOf(err)})
+	}
+}
+
+// prefixOf returns the prefix of a call with opts, for its events: the
+// last WithPrefix among them, or the Locker's.
+func (l *Locker) prefixOf(opts []Option) string {
+	prefix := l.cfg.prefix
+	for _, o := range opts {
+		if o.kind == optPrefix {
+			prefix = o.s
+		}
+	}
+	return prefix
+}
+
+// lockObserver is what an observed Lock keeps for its events.
+type lockObserver struct {
+	ob       *observer
+	acquired time.Time // when the lock was obtained
+}
+
+// lockEvent reports an event of kind k of an observed lock lk.
+func (lk *Lock) lockEvent(k EventKind, err error) {
+	lk.obs.ob.emit(Event{Kind: k, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold, Held: time.Since(lk.obs.acquired),
+		Err: err, Class: classOf(err)})
+}
+
+// onceResult reports the result of a call of Once on key with opts.
+func (l *Locker) onceResult(key string, opts []Option, ran bool, err error) {
+	r := OnceSkipped
+	switch {
+	case ran && err == nil:
+		r = OnceRecorded
+	case ran:
+		r = OnceRan
+	case err != nil:
+		r = OnceNotRun
+	}
+	l.obs.emit(Event{Kind: EventOnce, Key: key, Prefix: l.prefixOf(opts), Once: r, Err: err, Class: classOf(err)})
+}
+
+// Why a pub/sub connection was replaced, besides its own errors.
+var (
+	errSlotMoved = errors.New("locksmith: the server dropped a sharded subscription: its slot moved")
+	errNoPong    = errors.New("locksmith: no reply to PING on the pub/sub connection")
+)
+
+// connEvents follows the state of one dispatcher's connection, and
+// reports its changes (see ConnState). It belongs to the dispatcher's
+// goroutine.
+type connEvents struct {
+	n     *notifier
+	node  string
+	up    bool // the current connection was heard from
+	down  bool // a failure was reported and no connection came up since
+	dials int  // connections dialed since the last that came up
+}
+
+func (c *connEvents) report(s ConnState, err error) {
+	if c.n.obs == nil || (s != ConnClosed && c.n.isClosed.Load()) {
+		// (Closing the Locker breaks its connections: that is no
+		// failure.)
+		return
+	}
+	attempts := 0
+	if s == ConnUp || s == ConnReplaced {
+		attempts = c.dials
+	}
+	c.n.obs.emit(Event{Kind: EventSubscriber, Conn: s, Node: c.node, Attempts: attempts, Err: err, Class: classOf(err)})
+}
+
+// dialed records that the first connection was dialed.
+func (c *connEvents) dialed() { c.dials++ }
+
+// heard records that the server answered on the connection.
+func (c *connEvents) heard() {
+	if !c.up {
+		c.up, c.down = true, false
+		c.report(ConnUp, nil)
+		c.dials = 0
+	}
+}
+
+// failed records that the connection failed with err.
+func (c *connEvents) failed(err error) {
+	c.up = false
+	if !c.down {
+		c.down = true
+		c.report(ConnDown, err)
+	}
+}
+
+// replaced records that a new connection was dialed in place of the
+// last, because of err.
+func (c *connEvents) replaced(err error) {
+	c.up = false
+	c.dials++
+	c.report(ConnReplaced, err)
+}
