@@ -70,7 +70,9 @@ func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd 
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	_ = c.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// HasErrorPrefix costs an allocation even for a nil error: ask only
+	// when there is one.
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", s.src
 		cmd = redis.NewCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
