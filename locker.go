@@ -98,7 +98,8 @@ func (l *Locker) usable() error {
 }
 
 // Close stops the Locker's background work and waits for it: the
-// goroutines and pub/sub connections that hear release announcements.
+// goroutines and pub/sub connections that hear release announcements,
+// and on a quorum the goroutines that ask its masters.
 // Obtain calls waiting at that moment return promptly with an error
 // matching ErrClosed, after withdrawing from the lock's queue (they leave
 // no lock and no queue entry behind); later calls on the Locker return
@@ -110,6 +111,9 @@ func (l *Locker) usable() error {
 func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.close()
+	}
+	if l.store != nil {
+		l.store.close()
 	}
 	return nil
 }

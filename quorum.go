@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,6 +50,9 @@ import (
 // of each Locker also tries at every delay of its strategy, as on one
 // server (see Obtain), which catches releases not announced.
 //
+// The Locker asks the masters after the first from goroutines of its own,
+// started by its first call; Close stops them and waits for them.
+//
 // New never fails; fewer than one client, a nil client, or an invalid
 // option makes every call on the Locker return an error matching
 // ErrInvalidArgument.
@@ -58,7 +62,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: no Redis clients for a quorum", ErrInvalidArgument)
 		return l
 	}
-	q := quorumStore{nodes: make([]scriptStore, len(clients))}
+	nodes := make([]scriptStore, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is nil", ErrInvalidArgument, i)
@@ -68,8 +72,9 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		q.nodes[i] = newScriptStore(topologyOf(c))
+		nodes[i] = newScriptStore(topologyOf(c))
 	}
+	q := newQuorumStore(nodes)
 	l.store = q
 	l.notify = newNotifier(topologyOf(clients[0]))
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
@@ -149,47 +154,210 @@ const maxNodeWait = 500 * time.Millisecond
 
 // quorumStore keeps each lock on a majority of independent masters.
 type quorumStore struct {
-	nodes []scriptStore
+	nodes   []scriptStore
+	helpers *askers
 }
 
 var _ store = quorumStore{}
 
+func newQuorumStore(nodes []scriptStore) quorumStore {
+	return quorumStore{nodes: nodes, helpers: newAskers(nodes)}
+}
+
 func (q quorumStore) majority() int { return len(q.nodes)/2 + 1 }
 
-// each runs f on every node at once, each with its own deadline of wait,
-// and returns when all have returned. The per-node results are in node
-// order.
-func each[T any](ctx context.Context, q quorumStore, wait time.Duration, f func(context.Context, scriptStore) (T, error)) ([]T, []error) {
-	res := make([]T, len(q.nodes))
-	errs := make([]error, len(q.nodes))
-	// One deadline for all: they start together.
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, n := range q.nodes[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[i+1], errs[i+1] = f(ctx, n)
-		}()
+// close stops the goroutines that ask the masters (see askers).
+func (q quorumStore) close() { q.helpers.close() }
+
+// askOp is what a quorumCall asks of each master.
+type askOp int
+
+const (
+	askAcquire askOp = iota
+	askRelease
+	askRefresh
+	askPTTL
+	askCheck
+)
+
+// quorumCall is one question asked of every master at once, with its
+// answers in node order. Calls are reused (see askers.get), so that
+// asking allocates nothing of its own.
+type quorumCall struct {
+	op   askOp
+	ctx  context.Context // the call's, bounded: set by each
+	req  acquireReq      // askAcquire; its lockRef for the others
+	ttl  time.Duration   // askRefresh
+	keys Keys            // askCheck
+	need need            // askCheck
+
+	answers []nodeAnswer
+	wg      sync.WaitGroup // the masters still being asked
+}
+
+// nodeAnswer is one master's answer to a quorumCall.
+type nodeAnswer struct {
+	skip    bool       // not asked: see undo
+	acquire acquireRes // askAcquire
+	yes     bool       // askRelease, askRefresh; askPTTL: held
+	ttl     time.Duration
+	refused []string // askCheck
+	err     error
+}
+
+// ask asks master i, n, and keeps its answer.
+func (c *quorumCall) ask(i int, n scriptStore) {
+	a := &c.answers[i]
+	if a.skip {
+		return
 	}
-	// The first master is asked from this goroutine: one goroutine fewer
-	// to start and schedule.
-	res[0], errs[0] = f(ctx, q.nodes[0])
-	wg.Wait()
-	return res, errs
+	switch c.op {
+	case askAcquire:
+		a.acquire, a.err = n.acquire(c.ctx, c.req)
+	case askRelease:
+		a.yes, a.err = n.release(c.ctx, c.req.lockRef)
+	case askRefresh:
+		a.yes, a.err = n.refresh(c.ctx, c.req.lockRef, c.ttl)
+	case askPTTL:
+		a.ttl, a.yes, a.err = n.pttl(c.ctx, c.req.lockRef)
+	case askCheck:
+		a.refused, a.err = n.check(c.ctx, c.keys, c.need)
+	}
+}
+
+// askers asks the masters after the first for a quorum's calls, each
+// from a goroutine of its own that waits for work, so that a call starts
+// no goroutine and allocates nothing to ask them. The goroutines start
+// with the first call and are stopped by close (Locker.Close), which
+// waits for them. A call that finds a master's goroutine busy (calls made
+// at once) asks that master from a goroutine of its own, which the call
+// waits for; so does every call after close.
+type askers struct {
+	nodes []scriptStore
+	// work[i] hands a call to master i's goroutine; work[0] is unused:
+	// the first master is asked from the caller's goroutine.
+	work  []chan *quorumCall
+	calls sync.Pool // of *quorumCall with len(nodes) answers
+
+	mu      sync.Mutex // guards started, closed
+	started bool
+	closed  bool
+	running atomic.Bool   // started and not closed: the fast path of start
+	stop    chan struct{} // closed by close
+	done    sync.WaitGroup
+}
+
+func newAskers(nodes []scriptStore) *askers {
+	a := &askers{nodes: nodes, work: make([]chan *quorumCall, len(nodes)), stop: make(chan struct{})}
+	for i := range a.work {
+		a.work[i] = make(chan *quorumCall)
+	}
+	a.calls.New = func() any { return &quorumCall{answers: make([]nodeAnswer, len(nodes))} }
+	return a
+}
+
+// start starts the goroutines, unless they run or were stopped.
+func (a *askers) start() {
+	if a.running.Load() {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started || a.closed {
+		return
+	}
+	a.started = true
+	for i := 1; i < len(a.nodes); i++ {
+		a.done.Add(1)
+		go a.serve(i)
+	}
+	a.running.Store(true)
+}
+
+// serve asks master i for every call handed to it, until close.
+func (a *askers) serve(i int) {
+	defer a.done.Done()
+	for {
+		select {
+		case c := <-a.work[i]:
+			c.ask(i, a.nodes[i])
+			c.wg.Done()
+		case <-a.stop:
+			return
+		}
+	}
+}
+
+// close stops the goroutines and waits for them; calls made after it
+// still work.
+func (a *askers) close() {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		a.running.Store(false)
+		close(a.stop)
+	}
+	a.mu.Unlock()
+	a.done.Wait()
+}
+
+// get returns a call of op with no answers; put it back when done.
+func (a *askers) get(op askOp) *quorumCall {
+	c := a.calls.Get().(*quorumCall)
+	c.op = op
+	return c
+}
+
+// put takes back a call whose answers have been read.
+func (a *askers) put(c *quorumCall) {
+	clear(c.answers)
+	c.req, c.keys, c.ctx = acquireReq{}, Keys{}, nil
+	a.calls.Put(c)
+}
+
+// each asks every master c's question at once, with one deadline of
+// wait for all (or the caller's, when it is sooner), and returns when all
+// have answered.
+func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall) {
+	ctx, cancel := bounded(ctx, wait)
+	defer cancel()
+	c.ctx = ctx
+	a := q.helpers
+	a.start()
+	for i := 1; i < len(q.nodes); i++ {
+		c.wg.Add(1)
+		select {
+		case a.work[i] <- c:
+		default:
+			go func() {
+				defer c.wg.Done()
+				c.ask(i, q.nodes[i])
+			}()
+		}
+	}
+	c.ask(0, q.nodes[0])
+	c.wg.Wait()
+}
+
+// bounded returns ctx with a deadline at most wait away: ctx itself when
+// its own deadline comes sooner, which costs no timer.
+func bounded(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= wait {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, wait)
 }
 
 func nodeWait(ttl time.Duration) time.Duration {
 	return max(min(ttl/10, maxNodeWait), time.Millisecond)
 }
 
-// quorumError explains why fewer than a majority answered.
-func (q quorumStore) quorumError(errs []error) error {
+// quorumError explains why fewer than a majority answered c.
+func (q quorumStore) quorumError(c *quorumCall) error {
 	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("master %d: %w", i, err))
+	for i, a := range c.answers {
+		if a.err != nil {
+			failed = append(failed, fmt.Errorf("master %d: %w", i, a.err))
 		}
 	}
 	return fmt.Errorf("%d of %d masters failed, a majority needs %d: %w",
@@ -197,15 +365,16 @@ func (q quorumStore) quorumError(errs []error) error {
 }
 
 func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
-	ttl := req.ttl
-	res, errs := each(ctx, q, nodeWait(ttl), func(ctx context.Context, n scriptStore) (acquireRes, error) {
-		return n.acquire(ctx, req)
-	})
+	c := q.helpers.get(askAcquire)
+	defer q.helpers.put(c)
+	c.req = req
+	q.each(ctx, nodeWait(req.ttl), c)
 	won, lost := 0, 0
 	holderTTL := time.Duration(-1)
-	for i, r := range res {
+	for _, a := range c.answers {
+		r := a.acquire
 		switch {
-		case errs[i] != nil:
+		case a.err != nil:
 		case r.ok:
 			won++
 		default:
@@ -218,50 +387,44 @@ func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	if won >= q.majority() {
 		return acquireRes{ok: true}, nil
 	}
-	// Not held: undo what may have landed, on every master that did not
-	// answer "held by another".
-	q.undo(ctx, req.lockRef, res, errs)
-	switch {
-	case lost >= q.majority():
+	if won+lost < q.majority() {
+		err := q.quorumError(c)
+		q.undo(ctx, c)
+		return acquireRes{}, err
+	}
+	q.undo(ctx, c)
+	if lost >= q.majority() {
 		// Another holder has a majority: wait as for any holder.
 		return acquireRes{holderTTL: holderTTL}, nil
-	case won+lost >= q.majority():
-		// Enough masters answered, but the votes split between
-		// contenders and nobody has a majority. Everyone undoes and
-		// retries; a random pause spreads the retries out.
-		return acquireRes{holderTTL: rand.N(nodeWait(ttl))}, nil
 	}
-	return acquireRes{}, q.quorumError(errs)
+	// Enough masters answered, but the votes split between contenders
+	// and nobody has a majority. Everyone undoes and retries; a random
+	// pause spreads the retries out.
+	return acquireRes{holderTTL: rand.N(nodeWait(req.ttl))}, nil
 }
 
-// undo deletes a failed acquire's lock on the masters where it may have
-// landed, in a bounded call that outlives ctx's cancellation.
-func (q quorumStore) undo(ctx context.Context, ref lockRef, res []acquireRes, errs []error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		if errs[i] == nil && !res[i].ok {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = n.release(ctx, ref)
-		}()
+// undo deletes the lock of the failed acquire c on every master where it
+// may have landed (every master that did not answer "held by another"),
+// in a bounded call that outlives ctx's cancellation.
+func (q quorumStore) undo(ctx context.Context, c *quorumCall) {
+	for i := range c.answers {
+		a := &c.answers[i]
+		a.skip = a.err == nil && !a.acquire.ok
+		a.err = nil
 	}
-	wg.Wait()
+	c.op = askRelease
+	q.each(context.WithoutCancel(ctx), maxCleanupWait, c)
 }
 
-// count tallies per-node yes/no answers: it returns whether a majority
-// said yes, or an error when too many nodes failed for either answer to
+// count tallies c's yes/no answers: it returns whether a majority said
+// yes, or an error when too many masters failed for either answer to
 // have a majority.
-func (q quorumStore) count(yes []bool, errs []error) (bool, error) {
+func (q quorumStore) count(c *quorumCall) (bool, error) {
 	n, no := 0, 0
-	for i, ok := range yes {
+	for _, a := range c.answers {
 		switch {
-		case errs[i] != nil:
-		case ok:
+		case a.err != nil:
+		case a.yes:
 			n++
 		default:
 			no++
@@ -273,14 +436,15 @@ func (q quorumStore) count(yes []bool, errs []error) (bool, error) {
 	case no > len(q.nodes)-q.majority():
 		return false, nil
 	}
-	return false, q.quorumError(errs)
+	return false, q.quorumError(c)
 }
 
 func (q quorumStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	yes, errs := each(ctx, q, maxCleanupWait, func(ctx context.Context, n scriptStore) (bool, error) {
-		return n.release(ctx, ref)
-	})
-	return q.count(yes, errs)
+	c := q.helpers.get(askRelease)
+	defer q.helpers.put(c)
+	c.req.lockRef = ref
+	q.each(ctx, maxCleanupWait, c)
+	return q.count(c)
 }
 
 // withdraw is release: a quorum's waiters are never queued for a handoff.
@@ -289,32 +453,27 @@ func (q quorumStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, 
 }
 
 func (q quorumStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	yes, errs := each(ctx, q, nodeWait(ttl), func(ctx context.Context, n scriptStore) (bool, error) {
-		return n.refresh(ctx, ref, ttl)
-	})
-	return q.count(yes, errs)
+	c := q.helpers.get(askRefresh)
+	defer q.helpers.put(c)
+	c.req.lockRef, c.ttl = ref, ttl
+	q.each(ctx, nodeWait(ttl), c)
+	return q.count(c)
 }
 
 func (q quorumStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
-	type answer struct {
-		ttl  time.Duration
-		held bool
-	}
-	res, errs := each(ctx, q, maxNodeWait, func(ctx context.Context, n scriptStore) (answer, error) {
-		ttl, held, err := n.pttl(ctx, ref)
-		return answer{ttl, held}, err
-	})
-	yes := make([]bool, len(res))
-	var ttls []time.Duration
-	for i, r := range res {
-		yes[i] = r.held
-		if errs[i] == nil && r.held {
-			ttls = append(ttls, r.ttl)
-		}
-	}
-	held, err := q.count(yes, errs)
+	c := q.helpers.get(askPTTL)
+	defer q.helpers.put(c)
+	c.req.lockRef = ref
+	q.each(ctx, maxNodeWait, c)
+	held, err := q.count(c)
 	if !held || err != nil {
 		return 0, false, err
+	}
+	var ttls []time.Duration
+	for _, a := range c.answers {
+		if a.err == nil && a.yes {
+			ttls = append(ttls, a.ttl)
+		}
 	}
 	// The lock is held while a majority holds it: until the majority-th
 	// longest TTL runs out.

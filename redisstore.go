@@ -21,6 +21,9 @@ func (scriptStore) allows(usage) error { return nil }
 
 func (scriptStore) queues() bool { return true }
 
+// close has nothing to stop: a scriptStore starts no goroutines.
+func (scriptStore) close() {}
+
 func newScriptStore(t topology) scriptStore {
 	return scriptStore{topology: t}
 }

@@ -159,6 +159,9 @@ type store interface {
 	// named by k need and the connected user may not run, changing
 	// nothing.
 	check(ctx context.Context, k Keys, n need) (refused []string, err error)
+	// close stops and waits for the goroutines the store started, for
+	// Locker.Close; the store still serves calls after it.
+	close()
 }
 
 // holdStore is what the handle of a hold (a Lock: a lock, or a permit of
