@@ -2,6 +2,7 @@ package locksmith_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -179,6 +180,26 @@ func BenchmarkUncontendedWaiting(b *testing.B) {
 	for b.Loop() {
 		if err := obtainRelease(ctx, l, "bench:waiting"); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTryOnceTaken is a try-once Obtain of a lock someone else holds:
+// the cost of being refused.
+func BenchmarkTryOnceTaken(b *testing.B) {
+	srv := redistest.New(b)
+	ctx := context.Background()
+	holder := newLocker(b, srv.Client(b))
+	lk, err := holder.Obtain(ctx, "bench:taken", locksmith.WithTTL(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lk.Release(context.Background()) })
+	l := newLocker(b, srv.Client(b))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Obtain(ctx, "bench:taken"); !errors.Is(err, locksmith.ErrNotObtained) {
+			b.Fatalf("Obtain = %v, want ErrNotObtained", err)
 		}
 	}
 }

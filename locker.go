@@ -108,8 +108,9 @@ func (l *Locker) observe(opts []Option) {
 
 // Close stops the Locker's background work and waits for it: the
 // goroutines and pub/sub connections that hear release announcements,
-// and the goroutine that delivers events to an observer (see
-// WithObserver), once it has delivered those already buffered.
+// the goroutines of Election.Observe, on a quorum the goroutines that
+// ask its masters, and the goroutine that delivers events to an observer
+// (see WithObserver), once it has delivered those already buffered.
 // Obtain calls waiting at that moment return promptly with an error
 // matching ErrClosed, after withdrawing from the lock's queue (they leave
 // no lock and no queue entry behind); later calls on the Locker return
@@ -121,6 +122,9 @@ func (l *Locker) observe(opts []Option) {
 func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.close()
+	}
+	if l.store != nil {
+		l.store.close()
 	}
 	l.obs.close()
 	return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,6 +48,9 @@ import (
 // of each Locker also tries at every delay of its strategy, as on one
 // server (see Obtain), which catches releases not announced.
 //
+// The Locker asks the masters after the first from goroutines of its own,
+// started by its first call; Close stops them and waits for them.
+//
 // New never fails; fewer than one client, a nil client, or an invalid
 // option makes every call on the Locker return an error matching
 // ErrInvalidArgument.
@@ -58,7 +60,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: no Redis clients for a quorum", ErrInvalidArgument)
 		return l
 	}
-	q := quorumStore{nodes: make([]scriptStore, len(clients))}
+	nodes := make([]scriptStore, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is nil", ErrInvalidArgument, i)
@@ -68,8 +70,9 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		q.nodes[i] = newScriptStore(topologyOf(c))
+		nodes[i] = newScriptStore(topologyOf(c))
 	}
+	q := newQuorumStore(nodes)
 	l.store = q
 	l.notify = newNotifier(topologyOf(clients[0]))
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
@@ -164,47 +167,31 @@ const maxNodeWait = 500 * time.Millisecond
 
 // quorumStore keeps each lock on a majority of independent masters.
 type quorumStore struct {
-	nodes []scriptStore
+	nodes   []scriptStore
+	helpers *askers
 }
 
 var _ store = quorumStore{}
 
+func newQuorumStore(nodes []scriptStore) quorumStore {
+	return quorumStore{nodes: nodes, helpers: newAskers(nodes)}
+}
+
 func (q quorumStore) majority() int { return len(q.nodes)/2 + 1 }
 
-// each runs f on every node at once, each with its own deadline of wait,
-// and returns when all have returned. The per-node results are in node
-// order.
-func each[T any](ctx context.Context, q quorumStore, wait time.Duration, f func(context.Context, scriptStore) (T, error)) ([]T, []error) {
-	res := make([]T, len(q.nodes))
-	errs := make([]error, len(q.nodes))
-	// One deadline for all: they start together.
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, n := range q.nodes[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[i+1], errs[i+1] = f(ctx, n)
-		}()
-	}
-	// The first master is asked from this goroutine: one goroutine fewer
-	// to start and schedule.
-	res[0], errs[0] = f(ctx, q.nodes[0])
-	wg.Wait()
-	return res, errs
-}
+// close stops the goroutines that ask the masters (see askers).
+func (q quorumStore) close() { q.helpers.close() }
 
 func nodeWait(ttl time.Duration) time.Duration {
 	return max(min(ttl/10, maxNodeWait), time.Millisecond)
 }
 
-// quorumError explains why fewer than a majority answered.
-func (q quorumStore) quorumError(errs []error) error {
+// quorumError explains why fewer than a majority answered c.
+func (q quorumStore) quorumError(c *quorumCall) error {
 	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("master %d: %w", i, err))
+	for i, a := range c.answers {
+		if a.err != nil {
+			failed = append(failed, fmt.Errorf("master %d: %w", i, a.err))
 		}
 	}
 	return fmt.Errorf("%d of %d masters failed, a majority needs %d: %w",
@@ -212,15 +199,16 @@ func (q quorumStore) quorumError(errs []error) error {
 }
 
 func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
-	ttl := req.ttl
-	res, errs := each(ctx, q, nodeWait(ttl), func(ctx context.Context, n scriptStore) (acquireRes, error) {
-		return n.acquire(ctx, req)
-	})
+	c := q.helpers.get(askAcquire)
+	defer q.helpers.put(c)
+	c.req = req
+	q.each(ctx, nodeWait(req.ttl), c)
 	won, lost := 0, 0
 	holderTTL := time.Duration(-1)
-	for i, r := range res {
+	for _, a := range c.answers {
+		r := a.acquire
 		switch {
-		case errs[i] != nil:
+		case a.err != nil:
 		case r.ok:
 			won++
 		default:
@@ -233,50 +221,44 @@ func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	if won >= q.majority() {
 		return acquireRes{ok: true}, nil
 	}
-	// Not held: undo what may have landed, on every master that did not
-	// answer "held by another".
-	q.undo(ctx, req.lockRef, res, errs)
-	switch {
-	case lost >= q.majority():
+	if won+lost < q.majority() {
+		err := q.quorumError(c)
+		q.undo(ctx, c)
+		return acquireRes{}, err
+	}
+	q.undo(ctx, c)
+	if lost >= q.majority() {
 		// Another holder has a majority: wait as for any holder.
 		return acquireRes{holderTTL: holderTTL}, nil
-	case won+lost >= q.majority():
-		// Enough masters answered, but the votes split between
-		// contenders and nobody has a majority. Everyone undoes and
-		// retries; a random pause spreads the retries out.
-		return acquireRes{holderTTL: rand.N(nodeWait(ttl))}, nil
 	}
-	return acquireRes{}, q.quorumError(errs)
+	// Enough masters answered, but the votes split between contenders
+	// and nobody has a majority. Everyone undoes and retries; a random
+	// pause spreads the retries out.
+	return acquireRes{holderTTL: rand.N(nodeWait(req.ttl))}, nil
 }
 
-// undo deletes a failed acquire's lock on the masters where it may have
-// landed, in a bounded call that outlives ctx's cancellation.
-func (q quorumStore) undo(ctx context.Context, ref lockRef, res []acquireRes, errs []error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		if errs[i] == nil && !res[i].ok {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = n.release(ctx, ref)
-		}()
+// undo deletes the lock of the failed acquire c on every master where it
+// may have landed (every master that did not answer "held by another"),
+// in a bounded call that outlives ctx's cancellation.
+func (q quorumStore) undo(ctx context.Context, c *quorumCall) {
+	for i := range c.answers {
+		a := &c.answers[i]
+		a.skip = a.err == nil && !a.acquire.ok
+		a.err = nil
 	}
-	wg.Wait()
+	c.op = askRelease
+	q.each(context.WithoutCancel(ctx), maxCleanupWait, c)
 }
 
-// count tallies per-node yes/no answers: it returns whether a majority
-// said yes, or an error when too many nodes failed for either answer to
+// count tallies c's yes/no answers: it returns whether a majority said
+// yes, or an error when too many masters failed for either answer to
 // have a majority.
-func (q quorumStore) count(yes []bool, errs []error) (bool, error) {
+func (q quorumStore) count(c *quorumCall) (bool, error) {
 	n, no := 0, 0
-	for i, ok := range yes {
+	for _, a := range c.answers {
 		switch {
-		case errs[i] != nil:
-		case ok:
+		case a.err != nil:
+		case a.yes:
 			n++
 		default:
 			no++
@@ -288,14 +270,15 @@ func (q quorumStore) count(yes []bool, errs []error) (bool, error) {
 	case no > len(q.nodes)-q.majority():
 		return false, nil
 	}
-	return false, q.quorumError(errs)
+	return false, q.quorumError(c)
 }
 
 func (q quorumStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	yes, errs := each(ctx, q, maxCleanupWait, func(ctx context.Context, n scriptStore) (bool, error) {
-		return n.release(ctx, ref)
-	})
-	return q.count(yes, errs)
+	c := q.helpers.get(askRelease)
+	defer q.helpers.put(c)
+	c.req.lockRef = ref
+	q.each(ctx, maxCleanupWait, c)
+	return q.count(c)
 }
 
 // withdraw is release: a quorum's waiters are never queued for a handoff.
@@ -304,32 +287,27 @@ func (q quorumStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, 
 }
 
 func (q quorumStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	yes, errs := each(ctx, q, nodeWait(ttl), func(ctx context.Context, n scriptStore) (bool, error) {
-		return n.refresh(ctx, ref, ttl)
-	})
-	return q.count(yes, errs)
+	c := q.helpers.get(askRefresh)
+	defer q.helpers.put(c)
+	c.req.lockRef, c.ttl = ref, ttl
+	q.each(ctx, nodeWait(ttl), c)
+	return q.count(c)
 }
 
 func (q quorumStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
-	type answer struct {
-		ttl  time.Duration
-		held bool
-	}
-	res, errs := each(ctx, q, maxNodeWait, func(ctx context.Context, n scriptStore) (answer, error) {
-		ttl, held, err := n.pttl(ctx, ref)
-		return answer{ttl, held}, err
-	})
-	yes := make([]bool, len(res))
-	var ttls []time.Duration
-	for i, r := range res {
-		yes[i] = r.held
-		if errs[i] == nil && r.held {
-			ttls = append(ttls, r.ttl)
-		}
-	}
-	held, err := q.count(yes, errs)
+	c := q.helpers.get(askPTTL)
+	defer q.helpers.put(c)
+	c.req.lockRef = ref
+	q.each(ctx, maxNodeWait, c)
+	held, err := q.count(c)
 	if !held || err != nil {
 		return 0, false, err
+	}
+	var ttls []time.Duration
+	for _, a := range c.answers {
+		if a.err == nil && a.yes {
+			ttls = append(ttls, a.ttl)
+		}
 	}
 	// The lock is held while a majority holds it: until the majority-th
 	// longest TTL runs out.

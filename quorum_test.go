@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/locksmith-go/locksmith"
 	"github.com/locksmith-go/locksmith/internal/redistest"
@@ -230,4 +231,37 @@ func TestQuorumRestartRule(t *testing.T) {
 		require.NoError(t, next.Release(ctx))
 		_ = lk.Release(ctx)
 	})
+}
+
+// TestQuorumClose: a quorum's Locker asks its masters from goroutines of
+// its own, which Close stops and waits for; locks obtained before are
+// still refreshed and released after it, by calls that start goroutines
+// of their own and wait for them.
+func TestQuorumClose(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	clients := q.clients(t)
+	ignore := goleak.IgnoreCurrent()
+	l := locksmith.NewQuorum(clients, locksmith.WithTTL(time.Minute))
+	var locks []*locksmith.Lock
+	for range 3 {
+		lk, err := l.Obtain(ctx, uniqueKey(t))
+		require.NoError(t, err)
+		locks = append(locks, lk)
+	}
+	require.NoError(t, l.Close())
+	goleak.VerifyNone(t, ignore)
+
+	_, err := l.Obtain(ctx, uniqueKey(t))
+	require.ErrorIs(t, err, locksmith.ErrClosed)
+	for _, lk := range locks {
+		require.NoError(t, lk.Refresh(ctx, time.Minute))
+		ttl, err := lk.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, ttl, 30*time.Second)
+		require.NoError(t, lk.Release(ctx))
+		require.Zero(t, q.holders(t, lk.Key(), lk.Token()), "released on every master")
+	}
+	require.NoError(t, l.Close(), "a second Close")
+	goleak.VerifyNone(t, ignore)
 }

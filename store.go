@@ -32,6 +32,9 @@ var (
 
 	//go:embed confirm.lua
 	confirmSrc string
+
+	//go:embed try.lua
+	trySrc string
 )
 
 // luaScript is a script to run with arguments prepared by the caller, in
@@ -49,6 +52,7 @@ var (
 	refreshLua = newLuaScript(refreshSrc)
 	pttlLua    = newLuaScript(pttlSrc)
 	confirmLua = newLuaScript(confirmSrc)
+	tryLua     = newLuaScript(trySrc)
 )
 
 // processor is what sends a prepared command: every go-redis client.
@@ -66,7 +70,9 @@ func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd 
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	_ = c.Process(ctx, cmd)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	// HasErrorPrefix costs an allocation even for a nil error: ask only
+	// when there is one.
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", s.src
 		cmd = redis.NewCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
@@ -111,9 +117,9 @@ const pttlNotHeld = -3
 // A store runs the lock primitives against one Redis deployment. Each
 // method touches one lock (with its companion keys, in the same cluster
 // slot) in one round trip (two when the server first answers NOSCRIPT,
-// or when an attempt's plain SET finds the lock taken: see acquireMode),
-// and reports a Redis failure as an error, never as the lock being held
-// or not held. It is the seam behind which other deployments (a quorum of
+// or when a waiting caller's first plain SET finds the lock taken: see
+// acquireMode), and reports a Redis failure as an error, never as the
+// lock being held or not held. It is the seam behind which other deployments (a quorum of
 // independent servers) can stand.
 type store interface {
 	holdStore
@@ -160,6 +166,9 @@ type store interface {
 	// named by k need and the connected user may not run, changing
 	// nothing.
 	check(ctx context.Context, k Keys, n need) (refused []string, err error)
+	// close stops and waits for the goroutines the store started, for
+	// Locker.Close; the store still serves calls after it.
+	close()
 }
 
 // holdStore is what the handle of a hold (a Lock: a lock, or a permit of
@@ -258,9 +267,10 @@ const (
 	// scripted runs the acquire script: one round trip that reports the
 	// holder's TTL when the lock is taken.
 	scripted acquireMode = iota
-	// plainOnce sends SET NX PX and, when the key is taken, GET, which
-	// tells a resend of this very call from another holder, but not the
-	// holder's TTL; for callers that will not wait.
+	// plainOnce runs try.lua: SET NX PX and, when the key is taken, the
+	// holder's token, which tells a resend of this very call from another
+	// holder, in one round trip, but not the holder's TTL; for callers
+	// that will not wait.
 	plainOnce
 	// plainFirst sends SET NX PX and, when the key is taken, the script:
 	// one cheap round trip for a free lock, two for a taken one; for the
@@ -290,8 +300,7 @@ type acquireRes struct {
 // landedError marks a failure after which the lock may hold the caller's
 // token: a script that failed after some of its writes (Redis does not
 // undo them; an error reply to a single command, by contrast, means it did
-// nothing), or a try-once SET refused as if taken whose GET, which would
-// tell a resend of the caller's own, failed.
+// nothing).
 type landedError struct{ err error }
 
 func (e landedError) Error() string { return e.err.Error() }

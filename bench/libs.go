@@ -75,6 +75,7 @@ func libraries(rawRetry time.Duration) []lib {
 		rawLib{retry: rawRetry},
 		locksmithLib{},
 		locksmithPerCallLib{},
+		locksmithTryOnceLib{},
 		locksmithAutoLib{},
 		smithQuorumLib{},
 		smithClusterLib{},
@@ -221,6 +222,37 @@ func (locksmithPerCallLib) newLocker(d *deployment) (locker, error) {
 	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), perCall: true}, nil
 }
 
+// locksmithTryOnceLib is locksmith's default, try once, as the README's
+// first example calls it: a Locker made with no options, and each call
+// given only its TTL, so that Obtain sends one command and never waits.
+// It runs only in the uncontended scenarios: in the others it would give
+// up at once.
+type locksmithTryOnceLib struct{}
+
+func (locksmithTryOnceLib) name() string { return "locksmith try once" }
+
+func (locksmithTryOnceLib) runsOn() topology { return mainServer }
+
+func (locksmithTryOnceLib) uncontendedOnly() {}
+
+func (locksmithTryOnceLib) settings() string {
+	return "working tree; New(client), each call Obtain(ctx, key, WithTTL(10s)) with the default NoRetry: one attempt, one command; uncontended scenarios only"
+}
+
+func (locksmithTryOnceLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
+	if err != nil {
+		return nil, err
+	}
+	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), tryOnce: true}, nil
+}
+
+// uncontendedOnly reports whether l runs only in the uncontended scenarios.
+func uncontendedOnly(l lib) bool {
+	_, ok := l.(interface{ uncontendedOnly() })
+	return ok
+}
+
 // locksmithAutoLib is locksmith over go-redis's experimental
 // auto-pipelining client (Client.AutoPipeline, blocking face, default
 // options), with options per call: concurrent calls' commands, scripts
@@ -309,6 +341,7 @@ type smithLocker struct {
 	clients []redis.UniversalClient
 	locker  *locksmith.Locker
 	perCall bool // pass the options to each call, as the README does
+	tryOnce bool // pass only the TTL to each call: try once
 	// permits > 0 makes obtain take one of that many permits of the
 	// semaphore named by the key, with the options per call.
 	permits int
@@ -330,6 +363,8 @@ func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
 		lk, err = l.locker.Semaphore(key, l.permits).Acquire(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
 	case l.rw:
 		lk, err = l.locker.RWMutex(key).ObtainWrite(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
+	case l.tryOnce:
+		lk, err = l.locker.Obtain(ctx, key, locksmith.WithTTL(10*time.Second))
 	case l.perCall:
 		lk, err = l.locker.Obtain(ctx, key, locksmith.WithTTL(10*time.Second), smithRetry())
 	default:

@@ -165,6 +165,8 @@ func run() int {
 			rows = semLibs(sc.permits)
 		case sc.rw():
 			rows = rwRows
+		case sc.contended:
+			rows = slices.DeleteFunc(slices.Clone(libs), uncontendedOnly)
 		}
 		results := make([]*result, len(rows))
 		for round := range o.rounds {

@@ -1,0 +1,190 @@
+package locksmith
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Asking every master of a quorum at once: the question, the answers, and
+// the goroutines that ask.
+
+// askOp is what a quorumCall asks of each master.
+type askOp int
+
+const (
+	askAcquire askOp = iota
+	askRelease
+	askRefresh
+	askPTTL
+	askCheck
+)
+
+// quorumCall is one question asked of every master at once, with its
+// answers in node order. Calls are reused (see askers.get), so that
+// asking allocates nothing of its own.
+type quorumCall struct {
+	op   askOp
+	ctx  context.Context // the call's, bounded: set by each
+	req  acquireReq      // askAcquire; its lockRef for the others
+	ttl  time.Duration   // askRefresh
+	keys Keys            // askCheck
+	need need            // askCheck
+
+	answers []nodeAnswer
+	wg      sync.WaitGroup // the masters still being asked
+}
+
+// nodeAnswer is one master's answer to a quorumCall.
+type nodeAnswer struct {
+	skip    bool       // not asked: see undo
+	acquire acquireRes // askAcquire
+	yes     bool       // askRelease, askRefresh; askPTTL: held
+	ttl     time.Duration
+	refused []string // askCheck
+	err     error
+}
+
+// ask asks master i, n, and keeps its answer.
+func (c *quorumCall) ask(i int, n scriptStore) {
+	a := &c.answers[i]
+	if a.skip {
+		return
+	}
+	switch c.op {
+	case askAcquire:
+		a.acquire, a.err = n.acquire(c.ctx, c.req)
+	case askRelease:
+		a.yes, a.err = n.release(c.ctx, c.req.lockRef)
+	case askRefresh:
+		a.yes, a.err = n.refresh(c.ctx, c.req.lockRef, c.ttl)
+	case askPTTL:
+		a.ttl, a.yes, a.err = n.pttl(c.ctx, c.req.lockRef)
+	case askCheck:
+		a.refused, a.err = n.check(c.ctx, c.keys, c.need)
+	}
+}
+
+// askers asks the masters after the first for a quorum's calls, each
+// from a goroutine of its own that waits for work, so that a call starts
+// no goroutine and allocates nothing to ask them. The goroutines start
+// with the first call and are stopped by close (Locker.Close), which
+// waits for them. A call that finds a master's goroutine busy (calls made
+// at once) asks that master from a goroutine of its own, which the call
+// waits for; so does every call after close.
+type askers struct {
+	nodes []scriptStore
+	// work[i] hands a call to master i's goroutine; work[0] is unused:
+	// the first master is asked from the caller's goroutine.
+	work  []chan *quorumCall
+	calls sync.Pool // of *quorumCall with len(nodes) answers
+
+	mu      sync.Mutex // guards started, closed
+	started bool
+	closed  bool
+	running atomic.Bool   // started and not closed: the fast path of start
+	stop    chan struct{} // closed by close
+	done    sync.WaitGroup
+}
+
+func newAskers(nodes []scriptStore) *askers {
+	a := &askers{nodes: nodes, work: make([]chan *quorumCall, len(nodes)), stop: make(chan struct{})}
+	for i := range a.work {
+		a.work[i] = make(chan *quorumCall)
+	}
+	a.calls.New = func() any { return &quorumCall{answers: make([]nodeAnswer, len(nodes))} }
+	return a
+}
+
+// start starts the goroutines, unless they run or were stopped.
+func (a *askers) start() {
+	if a.running.Load() {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started || a.closed {
+		return
+	}
+	a.started = true
+	for i := 1; i < len(a.nodes); i++ {
+		a.done.Add(1)
+		go a.serve(i)
+	}
+	a.running.Store(true)
+}
+
+// serve asks master i for every call handed to it, until close.
+func (a *askers) serve(i int) {
+	defer a.done.Done()
+	for {
+		select {
+		case c := <-a.work[i]:
+			c.ask(i, a.nodes[i])
+			c.wg.Done()
+		case <-a.stop:
+			return
+		}
+	}
+}
+
+// close stops the goroutines and waits for them; calls made after it
+// still work.
+func (a *askers) close() {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		a.running.Store(false)
+		close(a.stop)
+	}
+	a.mu.Unlock()
+	a.done.Wait()
+}
+
+// get returns a call of op with no answers; put it back when done.
+func (a *askers) get(op askOp) *quorumCall {
+	c := a.calls.Get().(*quorumCall)
+	c.op = op
+	return c
+}
+
+// put takes back a call whose answers have been read.
+func (a *askers) put(c *quorumCall) {
+	clear(c.answers)
+	c.req, c.keys, c.ctx = acquireReq{}, Keys{}, nil
+	a.calls.Put(c)
+}
+
+// each asks every master c's question at once, with one deadline of
+// wait for all (or the caller's, when it is sooner), and returns when all
+// have answered.
+func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall) {
+	ctx, cancel := bounded(ctx, wait)
+	defer cancel()
+	c.ctx = ctx
+	a := q.helpers
+	a.start()
+	for i := 1; i < len(q.nodes); i++ {
+		c.wg.Add(1)
+		select {
+		case a.work[i] <- c:
+		default:
+			go func() {
+				defer c.wg.Done()
+				c.ask(i, q.nodes[i])
+			}()
+		}
+	}
+	c.ask(0, q.nodes[0])
+	c.wg.Wait()
+}
+
+// bounded returns ctx with a deadline at most wait away: ctx itself when
+// its own deadline comes sooner, which costs no timer.
+func bounded(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= wait {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, wait)
+}
