@@ -143,7 +143,11 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 		return nil, err
 	}
 	t := &Term{Lock: lk, e: e, value: value}
-	t.ctx, t.cancel = lk.leaseWithCancel(context.WithoutCancel(ctx))
+	// The renewal lasts until the term ends, whatever becomes of ctx;
+	// Resign ends it, even when its release fails.
+	var parent context.Context
+	parent, t.stopLease = context.WithCancel(context.WithoutCancel(ctx))
+	t.ctx, t.cancel = lk.leaseWithCancel(parent)
 	// Tell observers at once: a lock taken while free is announced by
 	// nobody else. A failure only delays them until they poll.
 	_ = e.l.store.news(ctx, lk.ref.channel.(string), newsMark+"leader")
@@ -160,6 +164,9 @@ type Term struct {
 	e      *Election
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// stopLease ends the renewal: a resigned term is never renewed
+	// again, even when its release failed.
+	stopLease context.CancelFunc
 
 	mu    sync.Mutex // guards value
 	value string
@@ -186,10 +193,12 @@ func (t *Term) Value() string {
 // round trip to the candidate that has waited longest, if any, and
 // deletes the proclaimed value. It returns an error matching ErrNotHeld
 // when the term had already ended (lost, or resigned before); another
-// error means Redis could not answer, and leadership then passes when the
-// lock's TTL runs out, unless Resign is called again and succeeds.
+// error means Redis could not answer: the term is no longer renewed, and
+// leadership passes when the lock's TTL runs out, unless Resign is called
+// again and succeeds.
 func (t *Term) Resign(ctx context.Context) error {
 	t.cancel(ErrResigned)
+	t.stopLease()
 	return t.Lock.Release(ctx)
 }
 
@@ -250,6 +259,10 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 		t, err := e.Campaign(ctx, value)
 		switch {
 		case ctx.Err() != nil:
+			if t != nil {
+				// Won just as ctx ended: give leadership back.
+				t.resignBounded(ctx)
+			}
 			return ctx.Err()
 		case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrNoPermission), errors.Is(err, ErrClosed):
 			return err
@@ -294,15 +307,7 @@ const (
 // failed while leading.
 func (t *Term) lead(ctx context.Context, fn func(ctx context.Context, t *Term) error) (lost bool, err error) {
 	defer func() {
-		cause := t.lostCause()
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(t.Lock, cause != nil))
-		defer cancel()
-		rerr := t.Resign(rctx)
-		if rerr != nil {
-			// The failed release resumed the renewal: end it; the lock
-			// expires with its TTL.
-			t.stopRenewal()
-		}
+		rerr := t.resignBounded(ctx)
 		lost = t.lostCause() != nil || errors.Is(rerr, ErrNotHeld)
 		if lost {
 			err = nil
@@ -313,6 +318,14 @@ func (t *Term) lead(ctx context.Context, fn func(ctx context.Context, t *Term) e
 	defer stop(nil)
 	defer context.AfterFunc(ctx, func() { stop(context.Cause(ctx)) })()
 	return false, fn(fctx, t)
+}
+
+// resignBounded resigns t on a context that outlives ctx's cancellation
+// but is bounded as WithLock's release is.
+func (t *Term) resignBounded(ctx context.Context) error {
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(t.Lock, t.lostCause() != nil))
+	defer cancel()
+	return t.Resign(rctx)
 }
 
 // sleepCtx waits for d, and reports false if ctx ended first.

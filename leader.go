@@ -22,13 +22,16 @@ var (
 
 // Leader is an election's leader, as read from Redis.
 type Leader struct {
+	// Elected is true when someone holds the election's lock: false only
+	// in the zero Leader, which Observe posts while nobody leads.
+	Elected bool
 	// Value is the value the leader campaigned with, or the last one it
 	// proclaimed. A holder of the election's lock that is not a candidate
 	// (a plain Obtain of its name) has none.
 	Value string
 	// Fence is the fencing token of the leader's term: it increases from
-	// term to term. It is 0 only in the zero Leader, which Observe posts
-	// while nobody leads.
+	// term to term. A holder that did not campaign (the name locked with
+	// Obtain) has no term: for it, Fence is the last term's, or 0.
 	Fence int64
 	// TTL is how long the leader's term had left when it was read, unless
 	// it is renewed.
@@ -51,7 +54,7 @@ func leaderOf(raw rawLeader) (l Leader, ok bool) {
 	if raw.token == "" {
 		return Leader{}, false
 	}
-	l = Leader{Fence: raw.fence, TTL: raw.ttl}
+	l = Leader{Elected: true, Fence: raw.fence, TTL: raw.ttl}
 	switch {
 	case raw.proclaimed != nil:
 		l.Value = *raw.proclaimed
@@ -100,7 +103,7 @@ const (
 
 // Observe returns a channel on which it posts the election's leader as it
 // changes: first the current one, then each new leader or value it sees,
-// and the zero Leader (Fence 0) whenever nobody leads. The channel holds
+// and the zero Leader (Elected false) whenever nobody leads. The channel holds
 // the latest post only: a reader that falls behind skips to the newest.
 // The channel is closed when ctx ends or the Locker is closed.
 //
@@ -154,7 +157,7 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 			next = observeUnheard
 		} else {
 			cur, ok := leaderOf(raw)
-			if !posted || cur.Fence != last.Fence || cur.Value != last.Value {
+			if !posted || cur.Elected != last.Elected || cur.Fence != last.Fence || cur.Value != last.Value {
 				post(out, cur)
 				last, posted = cur, true
 			}
