@@ -30,6 +30,12 @@ type connFlags struct {
 
 func (c *connFlags) register(set *flag.FlagSet) {
 	set.StringVar(&c.key, "key", "", "`KEY` naming the lock, without the prefix (required)")
+	c.registerRedis(set)
+}
+
+// registerRedis registers the flags that say where Redis is, for a
+// command whose key has a flag of another name (elect --name).
+func (c *connFlags) registerRedis(set *flag.FlagSet) {
 	// The default is not taken from $REDIS_URL here, so that help never
 	// prints a URL with its password.
 	set.StringVar(&c.redisURL, "redis", "", "Redis `URL` (default $REDIS_URL, else "+defaultURL+")")
@@ -41,9 +47,15 @@ func (c *connFlags) register(set *flag.FlagSet) {
 
 // check reports a missing or invalid shared flag.
 func (c *connFlags) check() error {
-	switch {
-	case c.key == "":
+	if c.key == "" {
 		return errors.New("--key is required")
+	}
+	return c.checkRedis()
+}
+
+// checkRedis reports an invalid flag of those registerRedis registers.
+func (c *connFlags) checkRedis() error {
+	switch {
 	case c.dialTimeout <= 0:
 		return fmt.Errorf("--dial-timeout %v is not positive", c.dialTimeout)
 	case c.timeout <= 0:

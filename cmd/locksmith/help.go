@@ -13,6 +13,8 @@ runs it at a time.
 Usage:
 
   locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
+  locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
+  locksmith elect   [flags] --name NAME --observe [--json]
   locksmith status  [flags] --key KEY [--json]
   locksmith release [flags] --key KEY --force
   locksmith help [COMMAND]
@@ -21,6 +23,8 @@ Usage:
 Commands:
 
   run       obtain the lock, run COMMAND while renewing the lock, release it
+  elect     campaign in a leader election, run COMMAND while leading, and
+            campaign again when it exits; or (--observe) print each leader
   status    show whether the lock is held, by which token, for how long;
             the last fencing token, and the record of a run --once
   release   delete the lock, whoever holds it (needs --force)
@@ -69,15 +73,17 @@ Exit status:
 
   0      COMMAND exited 0; run --skip-ok found the lock held elsewhere,
          or run --once --skip-ok found the job done; status or release
-         succeeded
+         succeeded; elect --observe was interrupted
   N      COMMAND exited with status N
   128+N  COMMAND was killed by signal N, or locksmith got signal N
-         before COMMAND started
+         before COMMAND started (elect: while campaigning)
   64     usage error: bad flags or arguments, or release without --force
   69     Redis unreachable or answering errors; run runs nothing
+         (elect: see 'locksmith help elect')
   75     the lock is held elsewhere (still, after --wait); run runs nothing
   79     the lock was lost before COMMAND exited; COMMAND was stopped
-         if it was still running (with --once, nothing was recorded)
+         if it was still running (with --once, nothing was recorded);
+         elect --exit-with-command: leadership was lost
   80     run --once found that a run under KEY has already succeeded;
          run runs nothing
   126    COMMAND cannot be executed
@@ -188,6 +194,89 @@ Examples:
     'curl -fsS -X PUT -H "Fencing-Token: $LOCKSMITH_FENCE" -T inventory.json https://store.internal/inventory'
 `
 
+const electIntro = `Usage: locksmith elect [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
+       locksmith elect [flags] --name NAME --observe [--json]
+
+Run COMMAND on one host of several, the leader of the election NAME, and
+have another host take over when it stops leading: the scheduler, the
+outbox relay or the cache warmer of a fleet. Every host runs the same
+elect; each is a candidate, and waits (campaigns) until it leads.
+
+While it leads, elect runs COMMAND as run does: in a process group of its
+own, with the election's NAME in LOCKSMITH_KEY, the term's token in
+LOCKSMITH_TOKEN, its fencing token in LOCKSMITH_FENCE (larger than any
+earlier leader's: see --fencing in 'locksmith help run') and VALUE in
+LOCKSMITH_VALUE, and it renews leadership every third of --ttl. When
+COMMAND exits, elect resigns, which hands leadership at once to the
+candidate that has waited longest, prints one line to stderr and
+campaigns again after a pause (100ms, doubling up to 5s while COMMAND
+fails or leadership is lost). With --exit-with-command it resigns and
+exits with COMMAND's status, or 128+N if signal N killed COMMAND, as run
+does.
+
+If leadership is lost while COMMAND runs (the key deleted or taken, or not
+renewed before its TTL ran out because Redis could not be reached),
+elect stops COMMAND exactly as run does: SIGTERM to its process group,
+SIGKILL after --grace to whatever is left of it; then it campaigns
+again, or with --exit-with-command exits 79. If elect itself is killed,
+COMMAND is killed too (on Linux), and another candidate leads once
+--ttl has run out.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT stop elect: while it campaigns, it
+stops and exits 128+N for signal N; while COMMAND runs, the signal is
+passed on to COMMAND's process group, and once COMMAND has exited elect
+resigns and exits with COMMAND's status. SIGUSR1 and SIGUSR2 are passed on
+to COMMAND while it runs, and otherwise ignored.
+
+VALUE (default HOST:PID, the host's name and elect's process id; at most
+4096 bytes) is what observers see of the leader. --observe runs no
+COMMAND and campaigns for nothing: it prints the current leader, then one
+line for each change (a new leader, or nobody leading), until SIGINT or
+SIGTERM, and then exits 0:
+  leader "db1:4242" fence 1796005500123456
+  no leader
+With --json, each line is a JSON object:
+  {"name":"scheduler","leader":true,"value":"db1:4242","fence":1796005500123456,"ttl_ms":29873}
+  {"name":"scheduler","leader":false}
+ttl_ms is what the leader's term had left when it was read. An observer
+hears of a resignation or a new leader at once, and of a leader that died
+when its TTL runs out; while Redis cannot be reached it prints nothing and
+keeps trying.
+
+Redis: a candidate that cannot reach Redis, or gets an error from it,
+while campaigning prints one line to stderr and tries again after a pause
+(100ms, doubling up to 5s); with --exit-with-command it exits 69, as run
+does. elect --observe exits 69 if its first read of the leader fails. A
+Redis user refused a command it needs (ACL) exits 69 either way.
+
+The election is a lock at PREFIX+NAME with fencing (see 'locksmith help
+status'); Go programs using the library's Locker.Election with the same
+prefix and name are candidates in the same election.
+
+Flags:
+
+`
+
+const electExamples = `
+Examples:
+
+  # On every host of the fleet: one of them runs the scheduler, and
+  # another takes over about 10s after its host dies.
+  locksmith elect --name scheduler --ttl 10s -- /usr/local/bin/scheduler
+
+  # Who leads, and each change from now on.
+  locksmith elect --name scheduler --observe
+  locksmith elect --name scheduler --observe --json | jq -r 'select(.leader) | .value'
+
+  # Lead once: run the migration on one host, and exit with its status.
+  locksmith elect --name migrate --exit-with-command -- ./migrate.sh
+
+  # Pass the term's fencing token with each write (single quotes: the
+  # variable is set for COMMAND, not for the shell that starts locksmith).
+  locksmith elect --name relay --value "$(hostname):8080" -- sh -c \
+    'exec /usr/local/bin/outbox-relay --fence "$LOCKSMITH_FENCE"'
+`
+
 const statusIntro = `Usage: locksmith status [flags] --key KEY [--json]
 
 Show whether the lock KEY is free or held, and if it is held the holder's
@@ -266,6 +355,9 @@ Examples:
 var commandHelp = map[string]func() string{
 	"run": func() string {
 		return helpText(runIntro, runFlagSet(new(runFlags)), runExamples)
+	},
+	"elect": func() string {
+		return helpText(electIntro, electFlagSet(new(electFlags)), electExamples)
 	},
 	"status": func() string {
 		return helpText(statusIntro, statusFlagSet(new(statusFlags)), statusExamples)

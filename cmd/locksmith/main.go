@@ -3,6 +3,8 @@
 // at a time.
 //
 //	locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
+//	locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
+//	locksmith elect   [flags] --name NAME --observe [--json]
 //	locksmith status  [flags] --key KEY [--json]
 //	locksmith release [flags] --key KEY --force
 //	locksmith help [COMMAND]
@@ -17,6 +19,11 @@
 // token to pass to the resource it writes. status shows whether a lock is
 // held and for how long, the last fencing token and the record of a
 // success; release --force deletes a lock whatever its holder.
+//
+// elect is a candidate in a leader election: it runs COMMAND while it
+// leads, stops it as run does when leadership is lost, and campaigns
+// again when COMMAND exits (or, with --exit-with-command, exits with its
+// status); elect --observe prints each change of leader.
 //
 // The Redis server is given by --redis URL or, to keep a password out of
 // the process list, by the REDIS_URL environment variable: a server,
@@ -49,13 +56,15 @@ const (
 	// exitUsage: bad flags or arguments, or release without --force.
 	exitUsage = 64 // EX_USAGE
 	// exitRedis: Redis could not be reached or answered an error, so
-	// nobody knows whether the lock is free; nothing was run.
+	// nobody knows whether the lock is free; nothing was run. (elect
+	// without --exit-with-command tries again instead.)
 	exitRedis = 69 // EX_UNAVAILABLE
 	// exitHeld: the lock is held elsewhere (after --wait, if given);
 	// nothing was run. --skip-ok turns it into exitOK.
 	exitHeld = 75 // EX_TEMPFAIL
-	// exitLost: the lock was lost before COMMAND exited; COMMAND was
-	// stopped if it was still running.
+	// exitLost: the lock (for elect --exit-with-command, leadership) was
+	// lost before COMMAND exited; COMMAND was stopped if it was still
+	// running.
 	exitLost = 79
 	// exitDone: run --once found that a run under the key has already
 	// succeeded; nothing was run. --skip-ok turns it into exitOK.
@@ -94,6 +103,8 @@ func (u *ui) main(args []string) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
 		return u.run(rest)
+	case "elect":
+		return u.elect(rest)
 	case "status":
 		return u.status(rest)
 	case "release":

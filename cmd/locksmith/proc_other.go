@@ -13,6 +13,9 @@ import (
 // forwardedSignals are the signals locksmith passes on to COMMAND.
 var forwardedSignals = []os.Signal{os.Interrupt}
 
+// stopSignals are the signals that ask elect to stop.
+var stopSignals = []os.Signal{os.Interrupt}
+
 // A child is COMMAND. locksmith run needs process groups and signals, so
 // on this system it starts nothing.
 type child struct {

@@ -18,6 +18,11 @@ var forwardedSignals = []os.Signal{
 	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
 }
 
+// stopSignals are the signals that ask elect to stop: to exit once
+// COMMAND has exited, rather than campaign again. They are passed on to
+// COMMAND too; SIGUSR1 and SIGUSR2 are only passed on.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
 // A child is COMMAND, running in a process group of its own, so that a
 // signal can reach everything it started.
 type child struct {

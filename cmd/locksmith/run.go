@@ -139,13 +139,9 @@ func (u *ui) run(args []string) int {
 		return u.usageError("run", err)
 	}
 	// A command that cannot run should not take the lock from one that can.
-	path, err := exec.LookPath(command[0])
-	if err != nil {
-		u.errorf("cannot run %q: %v", command[0], err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
+	path, code := u.lookPath(command[0])
+	if code != exitOK {
+		return code
 	}
 	client, addr, err := u.connect(&f.connFlags)
 	if err != nil {
@@ -167,16 +163,27 @@ func (u *ui) run(args []string) int {
 		opts = append(opts, locksmith.WithFenceTTL(f.fenceTTL))
 	}
 	r := &runner{
-		ui:      u,
-		flags:   &f,
-		command: command,
-		path:    path,
-		addr:    addr,
-		locker:  locksmith.New(client, opts...),
-		sigs:    sigs,
+		supervisor: supervisor{ui: u, command: command, path: path, grace: f.grace, sigs: sigs},
+		flags:      &f,
+		addr:       addr,
+		locker:     locksmith.New(client, opts...),
 	}
 	defer r.locker.Close()
 	return r.run()
+}
+
+// lookPath finds the program name on $PATH. When it cannot, it reports
+// why and returns the exit status, which is otherwise exitOK.
+func (u *ui) lookPath(name string) (string, int) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		u.errorf("cannot run %q: %v", name, err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return "", exitNotFound
+		}
+		return "", exitCannotRun
+	}
+	return path, exitOK
 }
 
 // notifySignals relays the forwarded signals to sigs, except those that
@@ -192,13 +199,32 @@ func notifySignals(sigs chan<- os.Signal) {
 
 // A runner runs one COMMAND under one lock.
 type runner struct {
+	supervisor
+	flags  *runFlags
+	addr   string // the Redis server's address, for messages
+	locker *locksmith.Locker
+}
+
+// A supervisor runs COMMAND while something is held (a lock, a permit,
+// the leadership of an election), passes the signals locksmith receives
+// on to it, and stops it when what is held is lost. run and elect share
+// it.
+type supervisor struct {
 	*ui
-	flags   *runFlags
 	command []string // COMMAND and its arguments
 	path    string   // COMMAND found on $PATH
-	addr    string   // the Redis server's address, for messages
-	locker  *locksmith.Locker
+	grace   time.Duration
 	sigs    <-chan os.Signal
+	// stops reports whether a signal asks locksmith to stop rather than
+	// only to pass it on; nil means that every signal does (run). A
+	// signal that does not stop locksmith is passed on to COMMAND while
+	// it runs, and ignored otherwise.
+	stops func(os.Signal) bool
+}
+
+// stopsOn reports whether sig asks locksmith to stop.
+func (s *supervisor) stopsOn(sig os.Signal) bool {
+	return s.stops == nil || s.stops(sig)
 }
 
 // errCommandFailed is what the job gives the library when COMMAND did not
@@ -227,7 +253,7 @@ func (r *runner) run() int {
 			o = outcome{status: r.interrupted(sig)}
 			return errCommandFailed
 		}
-		o = r.supervise(locksmith.LockFromContext(lease), lease)
+		o = r.supervise(r.what(), r.childEnv(locksmith.LockFromContext(lease)), lease)
 		// Read before the lease ends with the release.
 		if cause := context.Cause(lease); errors.Is(cause, locksmith.ErrLockLost) {
 			lost = cause
@@ -375,9 +401,10 @@ func withoutErr(err, target error) error {
 	return errors.Join(rest...)
 }
 
-// An interrupter ends the wait for the lock when a signal arrives, by
-// cancelling the context of the wait. It watches from when run starts
-// until COMMAND is about to start; supervise then takes the signals over.
+// An interrupter ends the wait for the lock when a signal that stops
+// locksmith arrives, by cancelling the context of the wait. It watches
+// from when run starts until COMMAND is about to start; supervise then
+// takes the signals over. It ignores the other signals.
 type interrupter struct {
 	stopWatch chan struct{} // closed by stop
 	once      sync.Once
@@ -385,15 +412,23 @@ type interrupter struct {
 	sig       os.Signal     // the signal that ended the wait; set before done is closed
 }
 
-func (r *runner) interruptOnSignal(cancel context.CancelFunc) *interrupter {
+// interruptOnSignal starts watching for a signal that stops locksmith,
+// and returns the interrupter, whose stop the caller must call.
+func (s *supervisor) interruptOnSignal(cancel context.CancelFunc) *interrupter {
 	in := &interrupter{stopWatch: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
-		select {
-		case sig := <-r.sigs:
-			in.sig = sig
-			cancel()
-		case <-in.stopWatch:
+		for {
+			select {
+			case sig := <-s.sigs:
+				if !s.stopsOn(sig) {
+					continue
+				}
+				in.sig = sig
+				cancel()
+			case <-in.stopWatch:
+			}
+			return
 		}
 	}()
 	return in
@@ -410,34 +445,45 @@ func (in *interrupter) stop() os.Signal {
 
 // An outcome is how supervise ended.
 type outcome struct {
-	status  int  // run's exit status: COMMAND's own, if nothing went wrong
+	status  int  // the exit status: COMMAND's own, if nothing went wrong
 	ran     bool // COMMAND was started
-	stopped bool // COMMAND was stopped because the lock was lost
+	stopped bool // COMMAND was stopped because what was held was lost
+	// stopSig is the first signal that asks locksmith to stop, received
+	// before COMMAND started (which it then did not) or while it ran (it
+	// was passed on); nil if none came.
+	stopSig os.Signal
 }
 
-// supervise runs COMMAND and waits for it to exit, passing on the signals
-// locksmith receives. If lease ends, the lock is lost: COMMAND's process
-// group gets SIGTERM, and SIGKILL if anything in it outlives --grace.
-func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
-	// A signal that came, or a loss that happened, while the lock was
+// supervise runs COMMAND with env and waits for it to exit, passing on
+// the signals locksmith receives. If lease ends, what is held (as what
+// names it) is lost: COMMAND's process group gets SIGTERM, and SIGKILL if
+// anything in it outlives the grace period.
+func (s *supervisor) supervise(what string, env []string, lease context.Context) outcome {
+	// A signal that came, or a loss that happened, while what is held was
 	// obtained stops the run here.
-	select {
-	case sig := <-r.sigs:
-		r.errorf("got signal %q before %q started; not running it", sig, r.command[0])
-		return outcome{status: exitSignal + signalNumber(sig)}
-	case <-lease.Done():
-		r.errorf("lost %s before %q started (%s); not running it",
-			r.what(), r.command[0], lostText(context.Cause(lease)))
-		return outcome{status: exitLost}
-	default:
+	for pending := true; pending; {
+		select {
+		case sig := <-s.sigs:
+			if !s.stopsOn(sig) {
+				continue // nothing to pass it on to
+			}
+			s.errorf("got signal %q before %q started; not running it", sig, s.command[0])
+			return outcome{status: exitSignal + signalNumber(sig), stopSig: sig}
+		case <-lease.Done():
+			s.errorf("lost %s before %q started (%s); not running it",
+				what, s.command[0], lostText(context.Cause(lease)))
+			return outcome{status: exitLost}
+		default:
+			pending = false
+		}
 	}
 
 	// See sysProcAttr: the parent-death signal follows this thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c, err := startChild(r.path, r.command, r.childEnv(lk))
+	c, err := startChild(s.path, s.command, env)
 	if err != nil {
-		r.errorf("cannot run %q: %v", r.command[0], err)
+		s.errorf("cannot run %q: %v", s.command[0], err)
 		return outcome{status: exitCannotRun}
 	}
 
@@ -445,29 +491,33 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 		leaseDone = lease.Done()
 		graceDone <-chan time.Time // from the SIGTERM sent on loss to the SIGKILL
 		stopped   bool
+		stopSig   os.Signal
 	)
 	for {
 		select {
 		case <-c.exited:
 			if !stopped {
-				return outcome{status: c.exitStatus(), ran: true}
+				return outcome{status: c.exitStatus(), ran: true, stopSig: stopSig}
 			}
-			r.stopGroup(c, graceDone)
-			return outcome{status: exitLost, ran: true, stopped: true}
-		case sig := <-r.sigs:
-			if s, ok := sig.(syscall.Signal); ok {
-				r.kill(c, s)
+			s.stopGroup(c, graceDone)
+			return outcome{status: exitLost, ran: true, stopped: true, stopSig: stopSig}
+		case sig := <-s.sigs:
+			if stopSig == nil && s.stopsOn(sig) {
+				stopSig = sig
+			}
+			if ss, ok := sig.(syscall.Signal); ok {
+				s.kill(c, ss)
 			}
 		case <-leaseDone:
 			leaseDone, stopped = nil, true
-			r.errorf("lost %s while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
-				r.what(), r.command[0], lostText(context.Cause(lease)), r.flags.grace)
-			r.kill(c, syscall.SIGTERM)
-			graceDone = time.After(r.flags.grace)
+			s.errorf("lost %s while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
+				what, s.command[0], lostText(context.Cause(lease)), s.grace)
+			s.kill(c, syscall.SIGTERM)
+			graceDone = time.After(s.grace)
 		case <-graceDone:
 			graceDone = nil
-			r.errorf("%q still running %v after SIGTERM; sending SIGKILL", r.command[0], r.flags.grace)
-			r.kill(c, syscall.SIGKILL)
+			s.errorf("%q still running %v after SIGTERM; sending SIGKILL", s.command[0], s.grace)
+			s.kill(c, syscall.SIGKILL)
 		}
 	}
 }
@@ -475,7 +525,7 @@ func (r *runner) supervise(lk *locksmith.Lock, lease context.Context) outcome {
 // stopGroup waits, after COMMAND itself has exited, for the rest of its
 // process group to exit, and kills what is left when graceDone fires. A
 // nil graceDone means SIGKILL was sent already.
-func (r *runner) stopGroup(c *child, graceDone <-chan time.Time) {
+func (s *supervisor) stopGroup(c *child, graceDone <-chan time.Time) {
 	if graceDone == nil {
 		return
 	}
@@ -484,29 +534,34 @@ func (r *runner) stopGroup(c *child, graceDone <-chan time.Time) {
 	for c.groupAlive() {
 		select {
 		case <-graceDone:
-			r.errorf("processes started by %q still running %v after SIGTERM; sending SIGKILL", r.command[0], r.flags.grace)
-			r.kill(c, syscall.SIGKILL)
+			s.errorf("processes started by %q still running %v after SIGTERM; sending SIGKILL", s.command[0], s.grace)
+			s.kill(c, syscall.SIGKILL)
 			return
 		case <-poll.C:
 		}
 	}
 }
 
-func (r *runner) kill(c *child, sig syscall.Signal) {
+func (s *supervisor) kill(c *child, sig syscall.Signal) {
 	if err := c.signalGroup(sig); err != nil {
-		r.errorf("cannot send %v to %q: %v", sig, r.command[0], err)
+		s.errorf("cannot send %v to %q: %v", sig, s.command[0], err)
 	}
 }
 
-// childEnv returns COMMAND's environment: locksmith's own, with the lock's
-// key (as given, without the prefix) and token, and with --fencing its
-// fencing token, in decimal.
+// childEnv returns COMMAND's environment for run (see lockEnv).
 func (r *runner) childEnv(lk *locksmith.Lock) []string {
+	return lockEnv(lk, r.flags.fencing)
+}
+
+// lockEnv returns COMMAND's environment: locksmith's own, with the lock's
+// key (as given, without the prefix) and token, and if fence is true its
+// fencing token, in decimal.
+func lockEnv(lk *locksmith.Lock, fence bool) []string {
 	env := append(os.Environ(),
 		"LOCKSMITH_KEY="+lk.Key(),
 		"LOCKSMITH_TOKEN="+lk.Token(),
 	)
-	if r.flags.fencing {
+	if fence {
 		env = append(env, "LOCKSMITH_FENCE="+strconv.FormatInt(lk.Fence(), 10))
 	}
 	return env
