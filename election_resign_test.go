@@ -15,9 +15,8 @@ import (
 // A Resign that Redis does not answer leaves leadership to pass when the
 // lock's TTL runs out, as Resign's doc says: the term, whose context is
 // cancelled with ErrResigned, must not go on renewing the lock. (Found by
-// the CLI's elect, which campaigns again after resigning and would wait
-// behind its own term; Election.Run avoids it with the unexported
-// stopRenewal, which a caller of Campaign and Resign cannot.)
+// the CLI's elect, which campaigns again after resigning and waited behind
+// its own term.)
 func TestElectionFailedResignLetsLeadershipExpire(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := t.Context()

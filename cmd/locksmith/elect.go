@@ -185,11 +185,8 @@ func (el *elector) run() int {
 		// Campaign again unless a signal asked to stop, --exit-with-command
 		// says so, or COMMAND could not start (it will not next time).
 		again := o.stopSig == nil && !el.flags.exitWithCommand && (o.ran || o.status == exitLost)
-		err := el.resign(term, again)
+		err := el.resign(term)
 		switch {
-		case err != nil && again && !errors.Is(err, locksmith.ErrNotHeld):
-			// resign gave up: exiting ends the term's renewal.
-			return exitRedis
 		case errors.Is(err, locksmith.ErrNotHeld) && lost == nil && o.ran:
 			// Neither the lease nor COMMAND noticed, but leadership was
 			// gone before the resignation.
@@ -255,7 +252,7 @@ func (el *elector) campaign(pause time.Duration) (*locksmith.Term, int) {
 		// Only the interrupter ends ctx.
 		if sig := interrupt.stop(); sig != nil {
 			if term != nil {
-				_ = el.resign(term, false)
+				_ = el.resign(term)
 			}
 			el.errorf("got signal %q while campaigning in election %q; not running %q", sig, el.flags.key, el.command[0])
 			return nil, exitSignal + signalNumber(sig)
@@ -288,35 +285,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// resign ends term. When Redis cannot answer and retry is true (elect
-// will campaign again), it tries again, for up to --ttl, until Redis
-// answers: a Term whose Resign failed goes on renewing its lock in the
-// background, so a candidate that campaigned again would wait behind its
-// own term. It returns nil, an error matching ErrNotHeld when leadership
-// had ended already, or the last failure, reported, when it gives up.
-func (el *elector) resign(term *locksmith.Term, retry bool) error {
-	giveUp := time.Now().Add(el.flags.ttl)
-	pause := electPauseMin
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), el.flags.timeout)
-		err := term.Resign(ctx)
-		cancel()
-		switch {
-		case err == nil || errors.Is(err, locksmith.ErrNotHeld):
-			return err
-		case !retry:
-			el.errorf("could not resign from election %q (another candidate takes over within %v): %s",
-				el.flags.key, el.flags.ttl, errText(err))
-			return err
-		case time.Now().Add(pause).After(giveUp):
-			el.errorf("could not resign from election %q for %v; exiting, so that another candidate takes over within %v: %s",
-				el.flags.key, el.flags.ttl, el.flags.ttl, errText(err))
-			return err
-		}
-		el.errorf("could not resign from election %q, trying again in %v: %s", el.flags.key, pause, errText(err))
-		time.Sleep(pause)
-		pause = min(2*pause, time.Second)
+// resign ends term. When Redis cannot answer, the term is no longer
+// renewed (see Term.Resign): another candidate, or this one campaigning
+// again, leads within the TTL. It returns nil, an error matching
+// ErrNotHeld when leadership had ended already, or the failure, reported.
+func (el *elector) resign(term *locksmith.Term) error {
+	ctx, cancel := context.WithTimeout(context.Background(), el.flags.timeout)
+	defer cancel()
+	err := term.Resign(ctx)
+	if err != nil && !errors.Is(err, locksmith.ErrNotHeld) {
+		el.errorf("could not resign from election %q (another candidate takes over within %v): %s",
+			el.flags.key, el.flags.ttl, errText(err))
 	}
+	return err
 }
 
 // leaderJSON is a line that elect --observe --json prints.
@@ -363,17 +344,17 @@ func (el *elector) observe() int {
 	return exitRedis
 }
 
-// printLeader prints one line about l, the leader (Fence 0: nobody).
+// printLeader prints one line about l, the leader (not Elected: nobody).
 func (el *elector) printLeader(l locksmith.Leader) {
 	if !el.flags.json {
-		if l.Fence == 0 {
+		if !l.Elected {
 			fmt.Fprintln(el.stdout, "no leader")
 		} else {
 			fmt.Fprintf(el.stdout, "leader %q fence %d\n", l.Value, l.Fence)
 		}
 		return
 	}
-	line := leaderJSON{Name: el.flags.key, Leader: l.Fence != 0}
+	line := leaderJSON{Name: el.flags.key, Leader: l.Elected}
 	if line.Leader {
 		ttl := l.TTL.Milliseconds()
 		if l.TTL < 0 {
