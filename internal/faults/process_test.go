@@ -47,6 +47,9 @@ const (
 	modeWriter = "writer"
 	// modeSoak runs runWorker with Worker until stopped.
 	modeSoak = "soak"
+	// modeCandidate campaigns in the election Key (see runCandidate):
+	// while it leads, it writes to the store with its term's fence.
+	modeCandidate = "candidate"
 )
 
 type helperConfig struct {
@@ -62,6 +65,11 @@ type helperConfig struct {
 	Record string        `json:"record,omitempty"` // modeWriter: the record to write
 	After  int           `json:"after,omitempty"`
 	Worker workerConfig  `json:"worker"`
+	// modeCandidate: campaign through Election.Run rather than Campaign
+	// and Resign, with Retry as the campaign's retry delay (0: the
+	// election's default).
+	Run   bool          `json:"run,omitempty"`
+	Retry time.Duration `json:"retry,omitempty"`
 }
 
 type helperMsg struct {
@@ -187,6 +195,17 @@ func runHelper(cfgJSON string) int {
 		out.event("done", fmt.Sprint(cause))
 		if !errors.Is(cause, locksmith.ErrLockLost) {
 			return fail("lease ended with %v, not ErrLockLost", cause)
+		}
+		return 0
+
+	case modeCandidate:
+		store, err := faults.DialStore(cfg.Store)
+		if err != nil {
+			return fail("store: %v", err)
+		}
+		defer store.Close()
+		if err := runCandidate(ctx, cfg, l, tr, out, store); err != nil {
+			return fail("%v", err)
 		}
 		return 0
 

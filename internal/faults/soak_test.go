@@ -24,7 +24,9 @@ import (
 // and beside them workers (goroutines and a second helper process) that
 // hold permits of a semaphore with fewer permits than they are, and
 // workers (goroutines and a third helper process) that take read or write
-// holds of a read-write lock, while
+// holds of a read-write lock, and candidates (goroutines and a fourth
+// helper process) that campaign in an election and write with their
+// terms' fences while they lead, while
 // faults are injected one after another: delays, blackholes and resets on
 // a worker's connections, Redis restarts, CLIENT PAUSE, DEBUG SLEEP,
 // SCRIPT FLUSH, and SIGSTOP of a helper process. At the end the history is
@@ -57,19 +59,25 @@ func TestSoak(t *testing.T) {
 	// A read-write lock for four workers (three goroutines and a helper
 	// process), each a reader or a writer from one hold to the next.
 	const rwKey = "soak:rw"
+	// An election for three candidates (two goroutines and a helper
+	// process).
+	const electKey = "soak:elect"
 
-	const goroutines, semGoroutines, rwGoroutines = 5, 3, 3
-	proxies := make([]*faults.Proxy, goroutines+semGoroutines+rwGoroutines+3)
+	const goroutines, semGoroutines, rwGoroutines, electGoroutines = 5, 3, 3, 2
+	workers := goroutines + semGoroutines + rwGoroutines + electGoroutines
+	proxies := make([]*faults.Proxy, workers+4)
 	for i := range proxies {
 		proxies[i] = newProxy(t, srv.Addr)
 	}
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	var wg sync.WaitGroup
-	for i := range goroutines + semGoroutines + rwGoroutines {
+	for i := range workers {
 		cfg := workerConfig{Name: fmt.Sprintf("goroutine-%d", i), Addr: proxies[i].Addr(), Keys: keys,
 			Seed: rnd.Uint64(), ContextTimeouts: i%2 == 0, PauseChance: 0.03}
 		switch {
+		case i >= goroutines+semGoroutines+rwGoroutines:
+			cfg.Name, cfg.Keys, cfg.Elect = fmt.Sprintf("elect-goroutine-%d", i-goroutines-semGoroutines-rwGoroutines), []string{electKey}, true
 		case i >= goroutines+semGoroutines:
 			cfg.Name, cfg.Keys, cfg.RW = fmt.Sprintf("rw-goroutine-%d", i-goroutines-semGoroutines), []string{rwKey}, true
 		case i >= goroutines:
@@ -85,14 +93,17 @@ func TestSoak(t *testing.T) {
 	}
 	helpers := []*helperProc{
 		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "process",
-			Worker: workerConfig{Name: "process", Addr: proxies[len(proxies)-3].Addr(), Keys: keys,
+			Worker: workerConfig{Name: "process", Addr: proxies[len(proxies)-4].Addr(), Keys: keys,
 				Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
 		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "sem-process",
-			Worker: workerConfig{Name: "sem-process", Addr: proxies[len(proxies)-2].Addr(), Keys: []string{semKey},
+			Worker: workerConfig{Name: "sem-process", Addr: proxies[len(proxies)-3].Addr(), Keys: []string{semKey},
 				Limit: semLimit, Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
 		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "rw-process",
-			Worker: workerConfig{Name: "rw-process", Addr: proxies[len(proxies)-1].Addr(), Keys: []string{rwKey},
+			Worker: workerConfig{Name: "rw-process", Addr: proxies[len(proxies)-2].Addr(), Keys: []string{rwKey},
 				RW: true, Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
+		startHelper(t, r, helperConfig{Mode: modeSoak, Store: ss.Addr(), Name: "elect-process",
+			Worker: workerConfig{Name: "elect-process", Addr: proxies[len(proxies)-1].Addr(), Keys: []string{electKey},
+				Elect: true, Seed: rnd.Uint64(), ContextTimeouts: true, PauseChance: 0.03}}),
 	}
 
 	kinds := []string{"delay", "blackhole", "reset", "redis-restart", "client-pause", "debug-sleep", "script-flush", "sigstop"}
@@ -172,4 +183,21 @@ func TestSoak(t *testing.T) {
 	t.Logf("read-write lock %q: %d read holds, %d write holds, most holders at once %d", rwKey, reads, writes, rep.Peak[rwKey])
 	require.Positive(t, reads)
 	require.Positive(t, writes)
+	var terms, leaderWrites, refused int
+	for _, op := range r.hist.Ops() {
+		switch {
+		case op.Key != electKey:
+		case op.Kind == faults.KindObtain && op.Outcome == faults.OutcomeOK:
+			terms++
+		case op.Kind == faults.KindWrite:
+			leaderWrites++
+			if op.Outcome != faults.OutcomeAccepted {
+				refused++
+			}
+		}
+	}
+	t.Logf("election %q: %d terms, most believed leaders at once %d, %d fenced writes by leaders (%d refused)",
+		electKey, terms, rep.Peak[electKey], leaderWrites, refused)
+	require.Positive(t, terms)
+	require.Equal(t, 1, rep.Peak[electKey], "the most believed leaders at once")
 }

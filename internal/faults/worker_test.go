@@ -84,12 +84,17 @@ func (tr *tracker) recordObtain(op faults.Op, call, ret time.Time, lk *locksmith
 	return &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, lk: lk, call: call, obtained: ret}
 }
 
-// release calls Release, records it, and ends the holding's window.
+// release calls Release (Resign for a term), records it, and ends the
+// holding's window.
 func (tr *tracker) release(ctx context.Context, h *holding) error {
+	release, why := h.lk.Release, "released"
+	if h.term != nil {
+		release, why = h.term.Resign, "resigned"
+	}
 	call := time.Now()
-	err := h.lk.Release(ctx)
+	err := release(ctx)
 	ret := time.Now()
-	h.end(call, "released")
+	h.end(call, why)
 	tr.recordRelease(h, call, ret, err)
 	return err
 }
@@ -104,14 +109,16 @@ func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
 	tr.rec.Record(op)
 }
 
-// A holding is one acquisition of a lock or a permit, from its return
-// until the holder stopped believing it held it.
+// A holding is one acquisition of a lock, a permit or an election's
+// leadership, from its return until the holder stopped believing it held
+// it.
 type holding struct {
 	tr             *tracker
 	key            string
 	limit          int    // 0 for a lock; the semaphore's limit for a permit
 	access         string // a read-write lock's hold: faults.AccessRead or AccessWrite
 	lk             *locksmith.Lock
+	term           *locksmith.Term // a leader's term, whose Lock is lk; nil for the others
 	call, obtained time.Time
 
 	mu            sync.Mutex
@@ -221,6 +228,11 @@ type workerConfig struct {
 	// of the key as under a lock, and otherwise a read hold, under which
 	// it writes nothing.
 	RW bool `json:"rw,omitempty"`
+	// Elect makes Keys[0] the name of an election: the worker campaigns
+	// in it, through Campaign or Run, leads for a few steps of work, each
+	// a write to the record of the election's name with the term's
+	// fence, and resigns (see electWorker).
+	Elect bool `json:"elect,omitempty"`
 }
 
 // workerClient returns the go-redis client of a soak worker.
@@ -243,6 +255,9 @@ func workerClient(cfg workerConfig) *redis.Client {
 func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec faults.Recorder, clock faults.Clock, w writer) int {
 	rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(len(cfg.Name))))
 	tr := &tracker{rec: rec, clock: clock, name: cfg.Name}
+	if cfg.Elect {
+		return electWorker(ctx, cfg, client, tr, rnd, w)
+	}
 	l := locksmith.New(client, locksmith.WithFencing())
 	defer l.Close()
 	ttls := []time.Duration{300 * time.Millisecond, 500 * time.Millisecond, 800 * time.Millisecond}
