@@ -131,6 +131,9 @@ func TestSentinelFailover(t *testing.T) {
 	replicated, err := holders.Obtain(ctx, replicatedKey, locksmith.WithReplicas(1, time.Second))
 	require.NoError(t, err)
 	replicatedLease := replicated.Lease(ctx)
+	// An election through the failover: its leader's term is replicated
+	// (WithReplicas), a candidate waits with Run, an observer watches.
+	after := electionThroughFailover(t, ctx, s, opts)
 
 	// Keep the replica from receiving what comes next until the master
 	// is dead, as a lagging or cut-off replica would.
@@ -196,6 +199,8 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("second Obtain of the plain lock: %v", err)
 	}
 
+	after()
+
 	// The replicated lock ends normally; the next holder's fence is
 	// higher, so writes with the old one are rejected.
 	store = &fencedStore{}
@@ -207,4 +212,60 @@ func TestSentinelFailover(t *testing.T) {
 	require.NoError(t, store.Write(next.Fence(), "next"))
 	require.ErrorIs(t, store.Write(replicated.Fence(), "late"), errStaleFence)
 	require.NoError(t, next.Release(ctx))
+}
+
+// electionThroughFailover starts an election whose leader's term was
+// acknowledged by the replica before the failover that the caller then
+// causes, with a candidate waiting in Run and an observer; the function it
+// returns, called after the failover, checks that the term survived on
+// the promoted replica, and that its resignation makes the candidate
+// leader, with a higher fence, as the observer sees.
+func electionThroughFailover(t *testing.T, ctx context.Context, s *redistest.Sentinel, opts []locksmith.Option) func() {
+	t.Helper()
+	name := uniqueKey(t)
+	leader, err := newLocker(t, s.Client(t), opts...).Election(name, locksmith.WithReplicas(1, time.Second)).Campaign(ctx, "a")
+	require.NoError(t, err)
+	changes, err := newLocker(t, s.Client(t)).Election(name).Observe(ctx)
+	require.NoError(t, err)
+	nextLeader(t, changes, "a", func(l locksmith.Leader) bool { return l.Value == "a" })
+
+	rctx, stop := context.WithCancel(ctx)
+	led := make(chan int64, 1)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- newLocker(t, s.Client(t), opts...).Election(name, locksmith.WithRetry(locksmith.LinearBackoff(100*time.Millisecond))).
+			Run(rctx, "b", func(ctx context.Context, term *locksmith.Term) error {
+				led <- term.Fence()
+				<-ctx.Done()
+				return nil
+			})
+	}()
+	return func() {
+		t.Helper()
+		defer func() {
+			stop()
+			require.ErrorIs(t, <-ran, context.Canceled)
+		}()
+		// The term was acknowledged by the replica: it is renewed on the
+		// promoted one, and nobody else leads meanwhile.
+		for range 2 {
+			before := leader.Deadline()
+			eventually(t, 5*time.Second, func() bool { return leader.Deadline().After(before) },
+				"the leader's term was not renewed on the new master")
+		}
+		require.NoError(t, leader.Context().Err(), "the replicated term survives the failover")
+		select {
+		case f := <-led:
+			t.Fatalf("the candidate led (fence %d) while the replicated term lasted", f)
+		default:
+		}
+		require.NoError(t, leader.Resign(ctx))
+		select {
+		case f := <-led:
+			require.Greater(t, f, leader.Fence())
+		case <-time.After(10 * time.Second):
+			t.Fatal("the candidate did not lead after the resignation")
+		}
+		nextLeader(t, changes, "b after the failover", func(l locksmith.Leader) bool { return l.Value == "b" })
+	}
 }
