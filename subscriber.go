@@ -72,7 +72,7 @@ type notifier struct {
 	// dispatchers counts the running dispatcher goroutines, and
 	// electionObservers the goroutines of Election.Observe (see spawn):
 	// close waits for them.
-	dispatchers sync.WaitGroup
+	dispatchers       sync.WaitGroup
 	electionObservers sync.WaitGroup
 
 	// obs is the Locker's observer, nil when there is none; set by New
