@@ -452,13 +452,20 @@ func TestPollingDoesNotGrowWithWaiters(t *testing.T) {
 			errs <- err
 		}()
 	}
-	// The first waiter is queued (and polling) once it has tried twice;
-	// the others then join its queue without trying.
+	// Once the first waiter is in the Locker's queue, the others join it
+	// without trying. (Counting its scripts instead would also count the
+	// Locker's first-call permission check: the others could then start
+	// before it has joined, and each try once inside the window.)
+	channel := plainNames(key).Channel
+	queued := func(n int) func() bool {
+		return func() bool { return locksmith.QueuedWaiters(l, channel) == n }
+	}
 	wait()
-	eventually(t, 5*time.Second, func() bool { return cnt.countOf("evalsha") >= 2 }, "the first waiter did not poll")
+	eventually(t, 5*time.Second, queued(1), "the first waiter did not queue")
 	for range waiters - 1 {
 		wait()
 	}
+	eventually(t, 5*time.Second, queued(waiters), "the waiters did not queue")
 	cnt.reset()
 	start := time.Now()
 	time.Sleep(time.Second) // the window in which attempts are counted
