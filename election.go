@@ -95,6 +95,15 @@ func (l *Locker) electionConfig(name string, opts []Option) (config, error) {
 	return cfg, nil
 }
 
+// hold is what a lock obtained with c is, for observers: a term of an
+// election, or a lock.
+func (c *config) hold() Hold {
+	if c.election {
+		return HoldTerm
+	}
+	return HoldLock
+}
+
 // Name returns the election's name, without the prefix.
 func (e *Election) Name() string { return e.name }
 

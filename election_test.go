@@ -3,6 +3,7 @@ package locksmith_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -443,4 +444,26 @@ func TestElectionCandidatesServedInArrivalOrder(t *testing.T) {
 		term = c.term
 	}
 	require.NoError(t, term.Resign(ctx))
+}
+
+func TestElectionObserverEvents(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	name := uniqueKey(t)
+	l, rec := observed(t, srv.Client(t), locksmith.WithTTL(300*time.Millisecond))
+	term, err := l.Election(name).Campaign(ctx, "a")
+	require.NoError(t, err)
+	won := rec.waitFor(t, "the term's obtain", kindKey(locksmith.EventObtain, name))
+	require.Equal(t, locksmith.HoldTerm, won.Hold)
+	require.NoError(t, won.Err)
+	rec.waitFor(t, "a renewal of the term", func(e locksmith.Event) bool {
+		return e.Kind == locksmith.EventRenewal && e.Key == name && e.Hold == locksmith.HoldTerm
+	})
+	require.NoError(t, term.Resign(ctx))
+	gone := rec.waitFor(t, "the resignation", kindKey(locksmith.EventRelease, name))
+	require.Equal(t, locksmith.HoldTerm, gone.Hold)
+	require.NoError(t, gone.Err)
+	for _, e := range rec.all() {
+		require.NotContains(t, fmt.Sprintf("%+v", e), term.Token(), "an event carries the token")
+	}
 }

@@ -26,8 +26,9 @@ type Event struct {
 	// EventSubscriber.
 	Key, Prefix string
 	// Hold says what was obtained, released, renewed or lost: a lock, a
-	// permit of a semaphore, or a read or write hold of a read-write
-	// lock. It is zero for EventOnce and EventSubscriber.
+	// permit of a semaphore, a read or write hold of a read-write lock,
+	// or a leader's term in an election (obtained by Campaign, released
+	// by Resign). It is zero for EventOnce and EventSubscriber.
 	Hold Hold
 	// Waited is how long an Obtain (or Acquire, ObtainRead, ...) took,
 	// from its start to its return, waiting included: EventObtain.
@@ -115,9 +116,10 @@ const (
 	HoldPermit                 // a permit of a Semaphore
 	HoldRead                   // a read hold of an RWMutex
 	HoldWrite                  // the write hold of an RWMutex
+	HoldTerm                   // a leader's term in an Election, from Campaign
 )
 
-var holdNames = [...]string{"", "lock", "permit", "read", "write"}
+var holdNames = [...]string{"", "lock", "permit", "read", "write", "term"}
 
 // String returns the hold's name in lower case, such as "permit".
 func (h Hold) String() string { return nameOf(holdNames[:], int(h)) }

@@ -68,7 +68,7 @@ func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, er
 	}
 	start := time.Now()
 	lk, tr, err := l.obtainCounted(ctx, key, cfg)
-	l.obs.obtained(key, cfg.prefix, HoldLock, start, tr, lk, err)
+	l.obs.obtained(key, cfg.prefix, cfg.hold(), start, tr, lk, err)
 	return lk, err
 }
 
@@ -194,7 +194,7 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 
 // newLock makes the handle of an acquisition of rkey with token.
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
-	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
+	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: cfg.hold()}
 	lk.ref = lockRef{key: rkey, lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
 	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
 	if l.store.queues() {
