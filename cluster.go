@@ -102,3 +102,39 @@ func clusterRefused(err error) bool {
 	}
 	return false
 }
+
+// rehome moves the keys of c whose channels another node owns now to that
+// node's connection, subscribing them there.
+func (n *notifier) rehome(c *subConn) {
+	n.mu.Lock()
+	channels := make([]string, 0, len(c.keys))
+	for ch := range c.keys {
+		channels = append(channels, ch)
+	}
+	n.mu.Unlock()
+	nodes := make([]string, len(channels))
+	for i, ch := range channels {
+		nodes[i] = n.nodeOf(n.ctx, ch)
+	}
+	type subscription struct {
+		ps *redis.PubSub
+		ch string
+	}
+	var moved []subscription
+	n.mu.Lock()
+	for i, ch := range channels {
+		q := c.keys[ch]
+		if q == nil || nodes[i] == c.node {
+			continue
+		}
+		delete(c.keys, ch)
+		q.subscribed = false
+		if ps := n.subscribeLocked(q, nodes[i]); ps != nil {
+			moved = append(moved, subscription{ps, ch})
+		}
+	}
+	n.mu.Unlock()
+	for _, m := range moved {
+		_ = n.subscribe(n.ctx, m.ps, m.ch)
+	}
+}

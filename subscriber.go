@@ -278,42 +278,6 @@ func (n *notifier) replace(c *subConn, old *redis.PubSub) *redis.PubSub {
 	return n.connect(c)
 }
 
-// rehome moves the keys of c whose channels another node owns now to that
-// node's connection, subscribing them there.
-func (n *notifier) rehome(c *subConn) {
-	n.mu.Lock()
-	channels := make([]string, 0, len(c.keys))
-	for ch := range c.keys {
-		channels = append(channels, ch)
-	}
-	n.mu.Unlock()
-	nodes := make([]string, len(channels))
-	for i, ch := range channels {
-		nodes[i] = n.nodeOf(n.ctx, ch)
-	}
-	type subscription struct {
-		ps *redis.PubSub
-		ch string
-	}
-	var moved []subscription
-	n.mu.Lock()
-	for i, ch := range channels {
-		q := c.keys[ch]
-		if q == nil || nodes[i] == c.node {
-			continue
-		}
-		delete(c.keys, ch)
-		q.subscribed = false
-		if ps := n.subscribeLocked(q, nodes[i]); ps != nil {
-			moved = append(moved, subscription{ps, ch})
-		}
-	}
-	n.mu.Unlock()
-	for _, m := range moved {
-		_ = n.subscribe(n.ctx, m.ps, m.ch)
-	}
-}
-
 // connect dials a connection for c, subscribed to every key of c, with
 // mu released; keys added meanwhile are subscribed once it is up. It
 // returns the connection, or nil, having closed it, when the notifier
@@ -404,23 +368,6 @@ func (n *notifier) close() {
 	}
 	n.dispatchers.Wait()
 	n.electionObservers.Wait()
-}
-
-// spawn runs f on a goroutine of its own that close waits for, unless the
-// notifier is closed, and reports whether it did. f must return soon
-// after n.ctx is cancelled.
-func (n *notifier) spawn(f func()) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.isClosed.Load() {
-		return false
-	}
-	n.electionObservers.Add(1)
-	go func() {
-		defer n.electionObservers.Done()
-		f()
-	}()
-	return true
 }
 
 // reap unsubscribes c's keys idle for longer than notifyLinger and, when

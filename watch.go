@@ -89,3 +89,20 @@ func (s scriptStore) news(ctx context.Context, ch, msg string) error {
 	}
 	return s.client.Publish(ctx, ch, msg).Err()
 }
+
+// spawn runs f on a goroutine of its own that close waits for, unless the
+// notifier is closed, and reports whether it did. f must return soon
+// after n.ctx is cancelled.
+func (n *notifier) spawn(f func()) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.isClosed.Load() {
+		return false
+	}
+	n.electionObservers.Add(1)
+	go func() {
+		defer n.electionObservers.Done()
+		f()
+	}()
+	return true
+}
