@@ -9,7 +9,8 @@ import (
 )
 
 // Redis Cluster: where keys and channels live, where scripts that name a
-// lock's handoff queue go, and what a refusal while a slot moves means.
+// lock's handoff queue go, what a refusal while a slot moves means, and
+// how a Locker's subscriptions follow a slot that moved (rehome).
 // This is the one place that asks what kind of client it was given.
 
 // topology is a client and, when it is a Redis Cluster client, the same
