@@ -441,9 +441,9 @@ func TestElectionFailoverToLaggingReplicaIsFencedOff(t *testing.T) {
 //     Obtain's own look at ctx after the reply gives the lock back;
 //   - after that look, while Campaign announces the new leader to
 //     observers (a PUBLISH, which a hook holds up until ctx has ended):
-//     Campaign returns the term, and Run, finding ctx done, returns
-//     ctx.Err() without resigning it. This case FAILS: a bug in Run
-//     (election.go), reported, not fixed here.
+//     Campaign returns the term, and Run, finding ctx done, must resign
+//     it before it returns ctx.Err() (it did not at first: this test
+//     found it).
 func TestElectionRunCancelledWhileWinning(t *testing.T) {
 	srv := redistest.New(t)
 	const ttl, delay = 500 * time.Millisecond, 300 * time.Millisecond
