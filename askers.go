@@ -31,6 +31,11 @@ type quorumCall struct {
 	ttl  time.Duration   // askRefresh
 	keys Keys            // askCheck
 	need need            // askCheck
+	// args is the script's arguments, laid out once for every master, as
+	// luaScript.send takes them: for askRelease (see releaseArgs), and
+	// for an askAcquire that tries once (see tryArgs); nil for an
+	// askAcquire that each master lays out for itself.
+	args []any
 
 	answers []nodeAnswer
 	wg      sync.WaitGroup // the masters still being asked
@@ -64,9 +69,13 @@ func (c *quorumCall) ask(i int, n scriptStore) {
 	}
 	switch c.op {
 	case askAcquire:
-		a.acquire, a.err = n.acquire(c.ctx, c.req)
+		if c.args != nil {
+			a.acquire, a.err = n.tryOnce(c.ctx, c.req, c.args)
+		} else {
+			a.acquire, a.err = n.acquire(c.ctx, c.req)
+		}
 	case askRelease:
-		a.yes, a.err = n.release(c.ctx, c.req.lockRef)
+		a.yes, a.err = n.releaseQueued(c.ctx, c.req.lockRef, c.args)
 	case askRefresh:
 		a.yes, a.err = n.refresh(c.ctx, c.req.lockRef, c.ttl)
 	case askPTTL:
@@ -162,7 +171,7 @@ func (a *askers) get(op askOp) *quorumCall {
 // put takes back a call whose answers have been read.
 func (a *askers) put(c *quorumCall) {
 	clear(c.answers)
-	c.req, c.keys, c.ctx = acquireReq{}, Keys{}, nil
+	c.req, c.keys, c.ctx, c.args = acquireReq{}, Keys{}, nil, nil
 	a.calls.Put(c)
 }
 
