@@ -23,7 +23,8 @@ const (
 
 // quorumCall is one question asked of every master at once, with its
 // answers in node order. Calls are reused (see askers.get), so that
-// asking allocates nothing of its own.
+// asking allocates nothing of its own but the bound of its wait (see
+// bound).
 type quorumCall struct {
 	op   askOp
 	ctx  context.Context // the call's, bounded: set by each
@@ -247,6 +248,8 @@ func (c *quorumCall) unbound() {
 }
 
 // expire ends the use in progress if its deadline has come: see bound.
+// The timer and time.Now's monotonic reading share one clock, so the
+// firing for a use never comes before that use's deadline.
 func (c *quorumCall) expire() {
 	c.mu.Lock()
 	b := c.cur
