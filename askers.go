@@ -23,7 +23,8 @@ const (
 
 // quorumCall is one question asked of every master at once, with its
 // answers in node order. Calls are reused (see askers.get), so that
-// asking allocates nothing of its own.
+// asking allocates nothing of its own but the bound of its wait (see
+// bound).
 type quorumCall struct {
 	op   askOp
 	ctx  context.Context // the call's, bounded: set by each
@@ -31,9 +32,24 @@ type quorumCall struct {
 	ttl  time.Duration   // askRefresh
 	keys Keys            // askCheck
 	need need            // askCheck
+	// args is the script's arguments, laid out once for every master, as
+	// luaScript.send takes them: for askRelease (see releaseArgs), and
+	// for an askAcquire that tries once (see tryArgs); nil for an
+	// askAcquire that each master lays out for itself.
+	args []any
 
 	answers []nodeAnswer
 	wg      sync.WaitGroup // the masters still being asked
+
+	// timer ends the bound of each use, cur, at its deadline: made by the
+	// first use and reset by the next ones, so that bounding a call costs
+	// no timer (see each).
+	timer *time.Timer
+	mu    sync.Mutex // guards cur
+	cur   *boundCtx  // the bound of the use in progress; nil between uses
+	// unlink stops parent's cancellation from ending the use in
+	// progress; nil when its parent cannot be cancelled.
+	unlink func() bool
 }
 
 // nodeAnswer is one master's answer to a quorumCall.
@@ -54,9 +70,13 @@ func (c *quorumCall) ask(i int, n scriptStore) {
 	}
 	switch c.op {
 	case askAcquire:
-		a.acquire, a.err = n.acquire(c.ctx, c.req)
+		if c.args != nil {
+			a.acquire, a.err = n.tryOnce(c.ctx, c.req, c.args)
+		} else {
+			a.acquire, a.err = n.acquire(c.ctx, c.req)
+		}
 	case askRelease:
-		a.yes, a.err = n.release(c.ctx, c.req.lockRef)
+		a.yes, a.err = n.releaseQueued(c.ctx, c.req.lockRef, c.args)
 	case askRefresh:
 		a.yes, a.err = n.refresh(c.ctx, c.req.lockRef, c.ttl)
 	case askPTTL:
@@ -152,7 +172,7 @@ func (a *askers) get(op askOp) *quorumCall {
 // put takes back a call whose answers have been read.
 func (a *askers) put(c *quorumCall) {
 	clear(c.answers)
-	c.req, c.keys, c.ctx = acquireReq{}, Keys{}, nil
+	c.req, c.keys, c.ctx, c.args = acquireReq{}, Keys{}, nil, nil
 	a.calls.Put(c)
 }
 
@@ -160,9 +180,11 @@ func (a *askers) put(c *quorumCall) {
 // wait for all (or the caller's, when it is sooner), and returns when all
 // have answered.
 func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall) {
-	ctx, cancel := bounded(ctx, wait)
-	defer cancel()
 	c.ctx = ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > wait {
+		c.bound(ctx, wait)
+		defer c.unbound()
+	}
 	a := q.helpers
 	a.start()
 	for i := 1; i < len(q.nodes); i++ {
@@ -180,11 +202,96 @@ func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall
 	c.wg.Wait()
 }
 
-// bounded returns ctx with a deadline at most wait away: ctx itself when
-// its own deadline comes sooner, which costs no timer.
-func bounded(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= wait {
-		return ctx, func() {}
+// bound sets c.ctx to parent with a deadline wait away, until unbound,
+// which each calls once every master has answered. It does what
+// context.WithTimeout does, for half of its allocations (a boundCtx and
+// its Done channel, and a link when parent can be cancelled): the timer
+// is c's, reset for each use.
+//
+// Each use gets a new boundCtx, never one that was handed to go-redis
+// before: a hook may keep a command's context after the command, and a
+// context, once done, must stay done, with the same values. Only the
+// timer is reused, and it finds the use in progress through c.cur, under
+// c.mu: a timer that fires late, for a use that has ended, finds no use
+// or one whose deadline has not come, and does nothing.
+func (c *quorumCall) bound(parent context.Context, wait time.Duration) {
+	b := &boundCtx{parent: parent, deadline: time.Now().Add(wait), done: make(chan struct{})}
+	c.mu.Lock()
+	c.cur = b
+	c.mu.Unlock()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(wait, c.expire)
+	} else {
+		c.timer.Reset(wait)
 	}
-	return context.WithTimeout(ctx, wait)
+	if parent.Done() != nil {
+		c.unlink = context.AfterFunc(parent, func() { b.end(parent.Err()) })
+		if err := parent.Err(); err != nil {
+			b.end(err) // now, as WithTimeout would, not when f runs
+		}
+	}
+	c.ctx = b
+}
+
+// unbound ends the use that bound started.
+func (c *quorumCall) unbound() {
+	c.timer.Stop()
+	if c.unlink != nil {
+		c.unlink()
+		c.unlink = nil
+	}
+	c.mu.Lock()
+	b := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	b.end(context.Canceled)
+}
+
+// expire ends the use in progress if its deadline has come: see bound.
+// The timer and time.Now's monotonic reading share one clock, so the
+// firing for a use never comes before that use's deadline.
+func (c *quorumCall) expire() {
+	c.mu.Lock()
+	b := c.cur
+	c.mu.Unlock()
+	if b != nil && !time.Now().Before(b.deadline) {
+		b.end(context.DeadlineExceeded)
+	}
+}
+
+// boundCtx is a context done when its parent is, or at its deadline (see
+// quorumCall.bound), or when the call it bounds ends. It takes its values
+// from its parent. Unlike a context of WithTimeout, it has no cause of
+// its own: when its parent can be cancelled, context.Cause reports the
+// parent's (nil until the parent is done). Neither the package nor
+// go-redis asks for the cause of the contexts it gives go-redis.
+type boundCtx struct {
+	parent   context.Context
+	deadline time.Time
+	done     chan struct{} // closed by end
+
+	mu  sync.Mutex // guards err
+	err error      // set by the first end, before done is closed
+}
+
+func (b *boundCtx) Deadline() (time.Time, bool) { return b.deadline, true }
+
+func (b *boundCtx) Done() <-chan struct{} { return b.done }
+
+func (b *boundCtx) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *boundCtx) Value(key any) any { return b.parent.Value(key) }
+
+// end makes b done with err, unless it is done already.
+func (b *boundCtx) end(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+		close(b.done)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/locksmith-go/locksmith"
@@ -89,4 +90,38 @@ func TestReleaseEndsSoonAfterDeadlineWhenRedisHangs(t *testing.T) {
 	require.ErrorIs(t, err, locksmith.ErrLockLost)
 	require.Contains(t, err.Error(), "locksmith: release", "the failed release is not reported")
 	require.Less(t, past, 2*time.Second, "the release outlasted the Deadline by too much")
+}
+
+// TestQuorumWaitsBoundedForAFrozenMaster checks NewQuorum's promise that
+// an attempt waits for each master at most a tenth of the TTL: with one
+// of three masters frozen, Obtain takes the lock from the other two in
+// about that time. (The first call of a Locker also checks its
+// permissions, waiting up to 500ms for each master; the locks are left to
+// expire: a release waits up to 5s for the frozen master.)
+func TestQuorumWaitsBoundedForAFrozenMaster(t *testing.T) {
+	const ttl = time.Second // a master is waited for at most 100ms
+	var clients []redis.UniversalClient
+	var frozen *redistest.Server
+	for i := range 3 {
+		srv := redistest.New(t)
+		opt := srv.Options()
+		opt.ContextTimeoutEnabled = true
+		opt.MaxRetries = -1
+		clients = append(clients, newClient(t, opt, nil))
+		if i == 1 {
+			frozen = srv
+		}
+	}
+	l := newQuorumLocker(t, clients, locksmith.WithTTL(ttl))
+	freeze(t, frozen)
+	_, err := l.Obtain(t.Context(), uniqueKey(t))
+	require.NoError(t, err)
+	for range 3 {
+		start := time.Now()
+		_, err := l.Obtain(t.Context(), uniqueKey(t))
+		took := time.Since(start)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, took, ttl/10, "Obtain did not wait for the frozen master")
+		require.Less(t, took, 400*time.Millisecond, "Obtain waited too long for the frozen master")
+	}
 }

@@ -202,6 +202,11 @@ func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	c := q.helpers.get(askAcquire)
 	defer q.helpers.put(c)
 	c.req = req
+	if req.mode == plainOnce {
+		// What a master's acquire sends for req: a quorum takes no fence
+		// and waits for no replica (see allows).
+		c.args = tryArgs(req)
+	}
 	q.each(ctx, nodeWait(req.ttl), c)
 	won, lost := 0, 0
 	holderTTL := time.Duration(-1)
@@ -246,7 +251,7 @@ func (q quorumStore) undo(ctx context.Context, c *quorumCall) {
 		a.skip = a.err == nil && !a.acquire.ok
 		a.err = nil
 	}
-	c.op = askRelease
+	c.op, c.args = askRelease, q.releaseArgs(c.req.lockRef)
 	q.each(context.WithoutCancel(ctx), maxCleanupWait, c)
 }
 
@@ -276,9 +281,15 @@ func (q quorumStore) count(c *quorumCall) (bool, error) {
 func (q quorumStore) release(ctx context.Context, ref lockRef) (bool, error) {
 	c := q.helpers.get(askRelease)
 	defer q.helpers.put(c)
-	c.req.lockRef = ref
+	c.req.lockRef, c.args = ref, q.releaseArgs(ref)
 	q.each(ctx, maxCleanupWait, c)
 	return q.count(c)
+}
+
+// releaseArgs lays out the release script's arguments for ref, the same
+// for every master (none is sharded: see NewQuorum), which share them.
+func (q quorumStore) releaseArgs(ref lockRef) []any {
+	return q.nodes[0].releaseArgs(ref, true)
 }
 
 // withdraw is release: a quorum's waiters are never queued for a handoff.

@@ -82,6 +82,31 @@ func TestQuorumBasics(t *testing.T) {
 	require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld)
 }
 
+// TestQuorumScriptCacheFlushed checks the EVAL fallback of the masters,
+// which share one argument list (each resends with a copy of its own):
+// with every master's script cache flushed before each call, the lock
+// is still taken and released on all of them.
+func TestQuorumScriptCacheFlushed(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second))
+	flush := func() {
+		for _, s := range q.servers {
+			require.NoError(t, s.Client(t).ScriptFlush(ctx).Err())
+		}
+	}
+	for range 3 {
+		key := uniqueKey(t)
+		flush()
+		lk, err := l.Obtain(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, 5, q.holders(t, key, lk.Token()))
+		flush()
+		require.NoError(t, lk.Release(ctx))
+		require.Zero(t, q.holders(t, key, lk.Token()))
+	}
+}
+
 func TestQuorumRefusesWhatItCannotHonour(t *testing.T) {
 	q := newQuorum(t)
 	cnt := &counter{}

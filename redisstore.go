@@ -105,7 +105,18 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 // error means that it wrote nothing, as for a single command (see
 // mayHaveLanded).
 func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
-	v, err := tryLua.run(ctx, s.client, []any{nil, nil, 1, req.lockKey, req.token, req.ttlMS}).Result()
+	return s.tryOnce(ctx, req, tryArgs(req))
+}
+
+// tryArgs lays out try.lua's arguments for req, for tryLua.send.
+func tryArgs(req acquireReq) []any {
+	return tryLua.prepare([]any{nil, nil, 1, req.lockKey, req.token, req.ttlMS})
+}
+
+// tryOnce is acquireOnce with try.lua's arguments for req laid out by
+// tryArgs, which it only reads: the masters of a quorum share them.
+func (s scriptStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
+	v, err := tryLua.send(ctx, s.client, args).Result()
 	if err != nil {
 		return acquireRes{}, err
 	}
@@ -183,39 +194,41 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 }
 
 func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	return s.releaseQueued(ctx, ref)
+	return s.releaseQueued(ctx, ref, s.releaseArgs(ref, true))
 }
 
 func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
-	ok, err := s.releaseQueued(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
+	ok, err := s.releaseQueued(ctx, ref, s.releaseArgs(ref, true, queueEntry(ttlMS, ref.fenced(), ref.token.(string))))
 	var rerr redis.Error
 	if errors.As(err, &rerr) && ref.queue != "" {
 		// Refused, maybe on the queue (an ACL rule): still delete the
 		// lock if it is the caller's, with the script over the lock key
 		// alone; the entry lapses.
-		res, err2 := releaseLua.run(ctx, s.client, s.releaseArgs(ref, false)).Int64()
+		res, err2 := releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
 		return res == 1, errors.Join(err, err2)
 	}
 	return ok, err
 }
 
 // releaseQueued runs the release script over the lock and its handoff
-// queue, with entry, when given, as the waiter's entry to withdraw. If
-// Redis Cluster refuses it, it releases the lock alone, without a handoff
-// (and without withdrawing an entry, which then lapses).
-func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, entry ...any) (bool, error) {
+// queue with args, laid out by releaseArgs with companions, which it only
+// reads: the masters of a quorum share them. If Redis Cluster refuses
+// it, it releases the lock alone, without a handoff (and without
+// withdrawing an entry, which then lapses).
+func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args []any) (bool, error) {
 	c, err := s.queueClient(ctx, ref.key)
 	var res int64
 	if err == nil {
-		res, err = releaseLua.run(ctx, c, s.releaseArgs(ref, true, entry...)).Int64()
+		res, err = releaseLua.send(ctx, c, args).Int64()
 	}
 	if s.sharded() && clusterRefused(err) {
-		res, err = releaseLua.run(ctx, s.client, s.releaseArgs(ref, false)).Int64()
+		res, err = releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
 	}
 	return res == 1, err
 }
 
-// releaseArgs lays out the release script's arguments for run: its KEYS
+// releaseArgs lays out the release script's arguments for
+// releaseLua.send: its KEYS
 // are the lock key and, when companions is set, the handoff queue, the
 // fence counter and an election's proclaimed value (those the lock has:
 // release.lua takes them in that order, each optional after the one
@@ -234,7 +247,7 @@ func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []a
 	}
 	args[2] = len(args) - 3
 	args = append(args, ref.token, ref.channel, s.publish(), ref.fenceTTLMS)
-	return append(args, entry...)
+	return releaseLua.prepare(append(args, entry...))
 }
 
 // publish returns the command that announces releases: SPUBLISH on Redis

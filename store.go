@@ -62,19 +62,39 @@ type processor interface {
 
 // run runs the script on c with args, which is laid out as EVALSHA takes
 // it with two slots left free at the front: {_, _, number of keys,
-// keys..., arguments...}. It sends EVALSHA and, when the server does not
-// know the script (its cache was flushed, or it is a new primary), EVAL.
-// run fills the free slots; args must not be shared with another call.
+// keys..., arguments...}. It fills the free slots (see prepare) and
+// sends it (see send); args must not be shared with another call.
 func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd {
-	args[0], args[1] = "evalsha", s.sha
+	return s.send(ctx, c, s.prepare(args))
+}
+
+// prepare fills the two free slots at the front of args, {_, _, number
+// of keys, keys..., arguments...}, with EVALSHA and the script's SHA1,
+// and returns args, for send.
+func (s luaScript) prepare(args []any) []any {
+	args[0], args[1] = evalshaCmd, s.sha
+	return args
+}
+
+// evalshaCmd and evalCmd are the commands that run a script, converted
+// once for go-redis.
+var evalshaCmd, evalCmd any = "evalsha", "eval"
+
+// send runs the script on c with args, prepared by prepare. It sends
+// EVALSHA and, when the server does not know the script (its cache was
+// flushed, or it is a new primary), EVAL. It writes nothing into args,
+// and neither does go-redis, which only reads a command's arguments: the
+// masters of a quorum, asked at once, share them. EVAL is sent with a
+// copy.
+func (s luaScript) send(ctx context.Context, c processor, args []any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	_ = c.Process(ctx, cmd)
 	// HasErrorPrefix costs an allocation even for a nil error: ask only
 	// when there is one.
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, args...)
+		eval := append([]any{evalCmd, s.src}, args[2:]...)
+		cmd = redis.NewCmd(ctx, eval...)
 		cmd.SetFirstKeyPos(3)
 		_ = c.Process(ctx, cmd)
 	}
