@@ -481,7 +481,9 @@ func TestElectionRunCancelledWhileWinning(t *testing.T) {
 				})
 			}()
 			if !announcing {
-				time.Sleep(delay / 3) // the request is on its way, its reply held back
+				// The winning attempt's reply is held back by the proxy.
+				require.Eventually(t, func() bool { return p.Held(faults.ToClient) > 0 }, 5*time.Second, time.Millisecond,
+					"the campaign's reply was not held back")
 				cancel()
 			}
 			var runErr error
