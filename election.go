@@ -147,7 +147,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	cfg := e.cfg
 	cfg.value = value
-	lk, err := e.l.obtain(ctx, e.name, &cfg)
+	lk, tr, err := e.l.obtainReported(ctx, e.name, &cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -157,9 +157,12 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	var parent context.Context
 	parent, t.stopLease = context.WithCancel(context.WithoutCancel(ctx))
 	t.ctx, t.cancel = lk.leaseWithCancel(parent)
-	// Tell observers at once: a lock taken while free is announced by
-	// nobody else. A failure only delays them until they poll.
-	_ = e.l.store.news(ctx, lk.ref.channel.(string), newsMark+"leader")
+	if !tr.handedOver {
+		// Tell observers at once: a lock taken while free is announced
+		// by nobody else (a handoff was announced by the release). A
+		// failure only delays them until they poll.
+		_ = e.l.store.news(ctx, lk.ref.channel.(string), newsMark+"leader")
+	}
 	return t, nil
 }
 

@@ -62,14 +62,19 @@ func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock,
 // obtain is Obtain once its options are resolved; WithLock and Once
 // share it. It reports the call to the observer, if there is one.
 func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
+	lk, _, err := l.obtainReported(ctx, key, cfg)
+	return lk, err
+}
+
+// obtainReported is obtain, and also returns what it tried.
+func (l *Locker) obtainReported(ctx context.Context, key string, cfg *config) (*Lock, tries, error) {
 	if l.obs == nil {
-		lk, _, err := l.obtainCounted(ctx, key, cfg)
-		return lk, err
+		return l.obtainCounted(ctx, key, cfg)
 	}
 	start := time.Now()
 	lk, tr, err := l.obtainCounted(ctx, key, cfg)
 	l.obs.obtained(key, cfg.prefix, cfg.hold(), start, tr, lk, err)
-	return lk, err
+	return lk, tr, err
 }
 
 // obtainCounted is obtain, and also returns what it tried.
