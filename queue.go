@@ -127,12 +127,7 @@ func (n *notifier) ticket(ch string) ticket {
 // whether its attempts queue it for handoffs, and sent when its attempt
 // was sent (zero if it made none).
 func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
-	// On Redis Cluster a new key's connection is that of its shard,
-	// found before taking mu: the cluster client may have to ask.
-	var node string
-	if n.sharded() && n.ticket(ch) == (ticket{}) {
-		node = n.nodeOf(ctx, ch)
-	}
+	node := n.nodeFor(ctx, ch)
 	var subscribeOn *redis.PubSub
 	n.mu.Lock()
 	defer func() {
@@ -170,6 +165,17 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 		n.kickLocked(q)
 	}
 	return w
+}
+
+// nodeFor returns the node whose connection a key announced on ch that
+// has no queue yet would be subscribed on: on Redis Cluster its shard's,
+// found before taking mu, since the cluster client may have to ask; ""
+// otherwise.
+func (n *notifier) nodeFor(ctx context.Context, ch string) string {
+	if n.sharded() && n.ticket(ch) == (ticket{}) {
+		return n.nodeOf(ctx, ch)
+	}
+	return ""
 }
 
 // keyLocked returns the queue of the key whose releases are announced on
@@ -397,24 +403,4 @@ func (n *notifier) removeLocked(w *waiter) {
 		// A new head: it sleeps on other terms.
 		q.waiters[0].signal()
 	}
-}
-
-// observe folds the duration of one attempt into the round-trip
-// estimate. The estimate follows the fastest attempts (it drops to any
-// faster one, and rises only slowly) because slow ones measure a busy
-// process or server, not the network, and a deferral that grows with them
-// would delay every handoff.
-func (n *notifier) observe(d time.Duration) {
-	old := n.rtt.Load()
-	if old == 0 || int64(d) < old {
-		n.rtt.Store(int64(d))
-		return
-	}
-	n.rtt.Store(old + (int64(d)-old)/64)
-}
-
-// roundTrip returns how long a Locker defers to its rivals after its own
-// release: about one round trip, within bounds.
-func (n *notifier) roundTrip() time.Duration {
-	return min(max(time.Duration(n.rtt.Load()), 50*time.Microsecond), 5*time.Millisecond)
 }

@@ -177,3 +177,23 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 func closedErr(key string) error {
 	return fmt.Errorf("%w: obtaining %q", ErrClosed, key)
 }
+
+// observe folds the duration of one attempt into the round-trip
+// estimate. The estimate follows the fastest attempts (it drops to any
+// faster one, and rises only slowly) because slow ones measure a busy
+// process or server, not the network, and a deferral that grows with them
+// would delay every handoff.
+func (n *notifier) observe(d time.Duration) {
+	old := n.rtt.Load()
+	if old == 0 || int64(d) < old {
+		n.rtt.Store(int64(d))
+		return
+	}
+	n.rtt.Store(old + (int64(d)-old)/64)
+}
+
+// roundTrip returns how long a Locker defers to its rivals after its own
+// release: about one round trip, within bounds.
+func (n *notifier) roundTrip() time.Duration {
+	return min(max(time.Duration(n.rtt.Load()), 50*time.Microsecond), 5*time.Millisecond)
+}

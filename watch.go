@@ -40,10 +40,7 @@ func (q *keyQueue) tellWatchers() {
 // listening reports false, and the watcher should poll. unwatch must end
 // it.
 func (n *notifier) watch(ctx context.Context, ch string) *watcher {
-	var node string
-	if n.sharded() && n.ticket(ch) == (ticket{}) {
-		node = n.nodeOf(ctx, ch)
-	}
+	node := n.nodeFor(ctx, ch)
 	n.mu.Lock()
 	q, _, subscribeOn := n.keyLocked(ch, node)
 	w := &watcher{q: q, wake: make(chan struct{}, 1)}
