@@ -41,6 +41,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -92,6 +93,9 @@ type ui struct {
 	// secrets are strings, such as the Redis password, that are replaced
 	// in every message to stderr, whatever produced the message.
 	secrets []string
+	// log is the JSON log of run or elect --log-format json, to stderr;
+	// nil otherwise (see startLog).
+	log *slog.Logger
 }
 
 // main runs the subcommand named by args[0] and returns the exit status.
@@ -141,9 +145,14 @@ func (u *ui) help(args []string) int {
 }
 
 // errorf prints one message, prefixed "locksmith: ", to stderr, with every
-// secret replaced.
+// secret replaced. With --log-format json it writes a record instead,
+// whose msg is "error" and whose error attribute is the message.
 func (u *ui) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	if u.log != nil {
+		u.log.LogAttrs(context.Background(), slog.LevelError, "error", slog.String("error", msg))
+		return
+	}
 	for _, s := range u.secrets {
 		if s != "" {
 			msg = strings.ReplaceAll(msg, s, "xxxxx")
