@@ -6,6 +6,8 @@
 //	locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
 //	locksmith elect   [flags] --name NAME --observe [--json]
 //	locksmith status  [flags] --key KEY [--json]
+//	locksmith status  [flags] --key KEY --watch [--interval D] [--json]
+//	locksmith ls      [flags] [--prefix PREFIX] [--limit N] [--json]
 //	locksmith release [flags] --key KEY --force
 //	locksmith help [COMMAND]
 //	locksmith --version
@@ -16,9 +18,12 @@
 // runs, COMMAND's process group gets SIGTERM, then SIGKILL after --grace.
 // With --once it runs COMMAND only if no earlier run under the key has
 // succeeded, and records a success; with --fencing COMMAND gets a fencing
-// token to pass to the resource it writes. status shows whether a lock is
-// held and for how long, the last fencing token and the record of a
-// success; release --force deletes a lock whatever its holder.
+// token to pass to the resource it writes; with --log-format json it
+// reports what it does as JSON lines on stderr. status shows whether a
+// lock is held and for how long, the last fencing token and the record of
+// a success, and with --watch each change of them; ls lists the locks
+// held under a prefix; release --force deletes a lock whatever its
+// holder.
 //
 // elect is a candidate in a leader election: it runs COMMAND while it
 // leads, stops it as run does when leadership is lost, and campaigns
@@ -111,6 +116,8 @@ func (u *ui) main(args []string) int {
 		return u.elect(rest)
 	case "status":
 		return u.status(rest)
+	case "ls":
+		return u.ls(rest)
 	case "release":
 		return u.release(rest)
 	case "help", "-h", "-help", "--help":
