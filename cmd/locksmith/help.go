@@ -339,8 +339,11 @@ the time:
   2026-12-02T14:30:05.120Z lock "backup" (Redis key "locksmith:backup") is held by token "9f...", 29.9s left
   2026-12-02T14:31:12.004Z lock "backup" (Redis key "locksmith:backup") is free
 With --json each line is the object above with a time field first. It
-reads KEY every --interval, and for a lock also as soon as a release or
-a handoff is announced. It exits 69 if its first read fails; after
+reads KEY every --interval and, for a lock or a read-write lock, also as
+soon as a release or a handoff is announced on KEY's channel (a lock
+taken while free is seen at the next read; a semaphore is only polled,
+since a listener on its channel would count as a waiting process). It
+exits 69 if its first read fails; after
 that, while Redis cannot be read, it prints one line to stderr, keeps
 trying every --interval, and says when Redis answers again, printing
 the state again then.

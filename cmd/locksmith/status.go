@@ -80,7 +80,7 @@ func (u *ui) status(args []string) int {
 	if f.watch {
 		ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 		defer stop()
-		w := &keyWatch{ui: u, flags: &f, addr: addr, locker: locker}
+		w := &keyWatch{ui: u, flags: &f, addr: addr, client: client, locker: locker}
 		return w.run(ctx)
 	}
 	st, err := readState(context.Background(), locker, f.prefix, f.key)
@@ -164,6 +164,7 @@ type keyWatch struct {
 	*ui
 	flags  *statusFlags
 	addr   string // the Redis server's address, for messages
+	client redis.UniversalClient
 	locker *locksmith.Locker
 }
 
@@ -180,7 +181,17 @@ func (w *keyWatch) run(ctx context.Context) int {
 		w.errorf("cannot read lock %q from Redis at %s: %s", w.flags.key, w.addr, errText(err))
 		return exitRedis
 	}
-	wake := w.wakeOnAnnouncements(ctx, st)
+	var wake <-chan *redis.Message
+	if _, semaphore := st.(semaphoreState); !semaphore {
+		// A semaphore's status counts the connections subscribed to its
+		// channel as waiters: this one would count. It is only polled.
+		announced, err := w.listen(ctx)
+		if err != nil {
+			return w.usageError("status", errors.New(errText(err)))
+		}
+		defer announced.Close()
+		wake = announced.Channel()
+	}
 	ticker := time.NewTicker(w.flags.interval)
 	defer ticker.Stop()
 	w.printState(st, w.flags.json, time.Now())
@@ -190,10 +201,7 @@ func (w *keyWatch) run(ctx context.Context) int {
 		case <-ctx.Done():
 			return exitOK
 		case <-ticker.C:
-		case _, ok := <-wake:
-			if !ok {
-				wake = nil
-			}
+		case <-wake:
 		}
 		st, err := readState(ctx, w.locker, w.flags.prefix, w.flags.key)
 		switch {
@@ -218,20 +226,22 @@ func (w *keyWatch) run(ctx context.Context) int {
 	}
 }
 
-// wakeOnAnnouncements returns a channel that receives when the library's
-// observer of the lock at the key sees its holder change (see
-// Election.Observe: it hears the release announcements, and reads the
-// lock when one comes), so that a release is printed at once rather than
-// at the next read. It returns nil, and the watch only polls, for a
-// semaphore or a read-write lock, for which the library has no observer,
-// or if the observer cannot start.
-func (w *keyWatch) wakeOnAnnouncements(ctx context.Context, st keyState) <-chan locksmith.Leader {
-	if _, ok := st.(lockState); !ok {
-		return nil
-	}
-	changes, err := w.locker.Election(w.flags.key).Observe(ctx)
+// listen subscribes to the channel on which the library announces every
+// release and handoff of the key (a lock's, or a read-write lock's; see
+// Keys.Channel), so that the watch reads the key
+// as soon as one is announced rather than at the next --interval. (A
+// lock taken while free is not announced: the next read sees it.) It
+// subscribes with SSUBSCRIBE on Redis Cluster, where the library
+// announces with SPUBLISH. The subscription reconnects by itself after
+// a failure; the caller must close it. It fails only for a key that is
+// refused.
+func (w *keyWatch) listen(ctx context.Context) (*redis.PubSub, error) {
+	keys, err := w.locker.Keys(w.flags.key)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	return changes
+	if _, sharded := w.client.(*redis.ClusterClient); sharded {
+		return w.client.SSubscribe(ctx, keys.Channel), nil
+	}
+	return w.client.Subscribe(ctx, keys.Channel), nil
 }

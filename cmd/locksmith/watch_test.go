@@ -126,24 +126,47 @@ func TestStatusWatchLock(t *testing.T) {
 	}
 }
 
-// With an interval too long to matter, a lock's changes still show: the
-// watch hears the library's announcements, and re-reads then.
+// With an interval too long to matter, a lock's handoff and release
+// still show at once: the watch hears them announced.
 func TestStatusWatchHearsReleases(t *testing.T) {
 	t.Parallel()
 	url, client := shared(t)
 	key := uniqueKey(t)
-	w := watchStatus(t, url, key, "--json", "--interval", "1h")
-	waitLines(t, w, 1, "free")
-	locker := library.New(client, library.WithPrefix("locksmith:"))
-	t.Cleanup(func() { _ = locker.Close() })
-	lk, err := locker.Obtain(t.Context(), key, library.WithTTL(time.Minute))
+	// Two Lockers: two processes, as far as Redis can tell.
+	holder := library.New(client, library.WithPrefix("locksmith:"), library.WithTTL(time.Minute))
+	t.Cleanup(func() { _ = holder.Close() })
+	waiter := library.New(client, library.WithPrefix("locksmith:"), library.WithTTL(time.Minute))
+	t.Cleanup(func() { _ = waiter.Close() })
+	a, err := holder.Obtain(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := waitLines(t, w, 2, "held"); !l.Held || l.Token != lk.Token() {
-		t.Fatalf("second line %+v, want held by %q", l, lk.Token())
+	w := watchStatus(t, url, key, "--json", "--interval", "1h")
+	if l := waitLines(t, w, 1, "held by a"); !l.Held || l.Token != a.Token() {
+		t.Fatalf("first line %+v, want held by %q", l, a.Token())
 	}
-	if err := lk.Release(t.Context()); err != nil {
+	// b waits, retrying only every hour: only a handoff gives it the lock.
+	type obtained struct {
+		lk  *library.Lock
+		err error
+	}
+	got := make(chan obtained, 1)
+	go func() {
+		lk, err := waiter.Obtain(t.Context(), key, library.WithRetry(library.LinearBackoff(time.Hour)))
+		got <- obtained{lk, err}
+	}()
+	eventually(t, 20*time.Second, func() bool { return status(t, url, key).Queued == 1 }, "b did not queue")
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := <-got
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	if l := waitLines(t, w, 2, "handed to b"); !l.Held || l.Token != b.lk.Token() {
+		t.Fatalf("second line %+v, want held by %q", l, b.lk.Token())
+	}
+	if err := b.lk.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if l := waitLines(t, w, 3, "released"); l.Held {
