@@ -12,6 +12,7 @@ import (
 	"time"
 
 	library "github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
 // lsOutput is what ls --json prints.
@@ -168,4 +169,69 @@ func containsAll(s string, subs []string) bool {
 		}
 	}
 	return true
+}
+
+// On Redis Cluster, ls scans every master, and status --watch hears the
+// releases announced with SPUBLISH on the key's shard.
+func TestClusterLsAndWatch(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.SharedCluster(t)
+	url := "redis://" + cluster.Nodes[0].Addr + "?addr=" + cluster.Nodes[1].Addr
+	ctx := t.Context()
+	prefix := fmt.Sprintf("lscluster%d:", time.Now().UnixNano())
+	client := cluster.Client(t)
+
+	// Three locks on three masters.
+	var keys []string
+	var masters []*redistest.Server
+	for i := 0; len(keys) < 3; i++ {
+		if i == 1000 {
+			t.Fatalf("no 3 keys on different masters among 1000 candidates")
+		}
+		key := fmt.Sprintf("k%d", i)
+		owner, err := cluster.KeyOwner(ctx, prefix+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(masters, owner) {
+			keys, masters = append(keys, key), append(masters, owner)
+		}
+	}
+	locker := library.New(client, library.WithPrefix(prefix), library.WithTTL(time.Minute))
+	t.Cleanup(func() { _ = locker.Close() })
+	var locks []*library.Lock
+	for _, key := range keys {
+		lk, err := locker.Obtain(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+
+	out, all := lsJSON(t, url, "--cluster", "--prefix", prefix)
+	var listed []string
+	for _, l := range out.Locks {
+		listed = append(listed, l.Key)
+	}
+	if slices.Sort(keys); !slices.Equal(listed, keys) || !out.Complete {
+		t.Errorf("ls --cluster listed %q (complete %t), want %q", listed, out.Complete, keys)
+	}
+	for _, lk := range locks {
+		if strings.Contains(all, lk.Token()) {
+			t.Errorf("the token %q was printed:\n%s", lk.Token(), all)
+		}
+	}
+
+	w := start(t, nil, "status", "--cluster", "--redis", url, "--prefix", prefix, "--key", locks[0].Key(),
+		"--watch", "--json", "--interval", "1h")
+	if l := waitLines(t, w, 1, "held"); !l.Held {
+		t.Fatalf("first line %+v, want held", l)
+	}
+	if err := locks[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := waitLines(t, w, 2, "released"); l.Held {
+		t.Fatalf("second line %+v, want free", l)
+	}
+	stop(t, w)
 }
