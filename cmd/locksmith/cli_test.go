@@ -80,6 +80,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status"}, "--key is required"},
 		{[]string{"status", "--key", "k", "extra"}, `unexpected argument "extra"`},
 		{[]string{"release", "--key", "k"}, "without --force"},
+		{[]string{"run", "--key", "k", "--log-format", "xml", "--", "touch", marker}, `--log-format "xml"`},
+		{[]string{"elect", "--name", "n", "--log-format", "xml", "--", "touch", marker}, `--log-format "xml"`},
+		{[]string{"status", "--key", "k", "--interval", "1s"}, "--interval needs --watch"},
+		{[]string{"status", "--key", "k", "--watch", "--interval", "10ms"}, "--interval 10ms is under 100ms"},
+		{[]string{"ls", "--limit", "0"}, "--limit 0 is under 1"},
+		{[]string{"ls", "extra"}, `unexpected argument "extra"`},
+		{[]string{"ls", "--prefix", "{app:"}, "hash tag"},
 	} {
 		code, _, stderr := locksmith(t, nil, tc.args...)
 		if code != 64 || !strings.Contains(stderr, tc.want) {
@@ -88,5 +95,32 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if exists(marker) {
 		t.Error("a command ran despite a usage error")
+	}
+}
+
+// The help of ls, status --watch and --log-format.
+func TestHelpObservability(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"help"}, []string{"locksmith ls ", "--watch", "list the locks held"}},
+		{[]string{"help", "ls"}, []string{"Usage: locksmith ls", "--limit N", "--prefix PREFIX", "--json", "never prints a token",
+			"Examples:", "  locksmith ls "}},
+		{[]string{"ls", "--help"}, []string{"Usage: locksmith ls"}},
+		{[]string{"help", "status"}, []string{"--watch", "--interval DURATION", "answers again"}},
+		{[]string{"help", "run"}, []string{"--log-format FORMAT", "child_killed", "No token is ever written"}},
+		{[]string{"help", "elect"}, []string{"--log-format FORMAT", "elected", "term_lost", "resigned"}},
+	} {
+		code, stdout, stderr := locksmith(t, nil, tc.args...)
+		if code != 0 || stderr != "" {
+			t.Errorf("locksmith %q: exit %d, stderr %q; want 0 and nothing", tc.args, code, stderr)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("locksmith %q: %q missing from\n%s", tc.args, want, stdout)
+			}
+		}
 	}
 }

@@ -307,7 +307,7 @@ func TestHelpConnect(t *testing.T) {
 			t.Errorf("locksmith help: %q missing from\n%s", want, overview)
 		}
 	}
-	for _, cmd := range []string{"run", "status", "release"} {
+	for _, cmd := range []string{"run", "status", "release", "ls"} {
 		if _, text, _ := locksmith(t, nil, "help", cmd); !strings.Contains(text, "--cluster\n") {
 			t.Errorf("locksmith help %s: no --cluster flag in\n%s", cmd, text)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -34,6 +35,7 @@ type electFlags struct {
 	exitWithCommand bool
 	observe         bool
 	json            bool
+	logFormat       string          // logText or logJSON
 	given           map[string]bool // the flags given, by name
 }
 
@@ -50,6 +52,7 @@ func electFlagSet(f *electFlags) *flag.FlagSet {
 		"lead once: when COMMAND exits, resign and exit with its status (default: resign and campaign again)")
 	set.BoolVar(&f.observe, "observe", false, "run no COMMAND: print the leader and each change of leader, a line each, until interrupted")
 	set.BoolVar(&f.json, "json", false, "with --observe, print one JSON object a line rather than text")
+	registerLogFormat(set, &f.logFormat)
 	return set
 }
 
@@ -86,12 +89,16 @@ func (f *electFlags) check(command []string) error {
 }
 
 // elect implements "locksmith elect".
-func (u *ui) elect(args []string) int {
+func (u *ui) elect(args []string) (code int) {
 	var f electFlags
 	set := electFlagSet(&f)
 	if code, ok := u.parseFlags(set, "elect", args); !ok {
 		return code
 	}
+	if err := u.startLog(f.logFormat, f.key); err != nil {
+		return u.usageError("elect", err)
+	}
+	defer func() { u.logExit(code) }()
 	f.given = make(map[string]bool)
 	set.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
 	command := set.Args()
@@ -122,13 +129,20 @@ func (u *ui) elect(args []string) int {
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
-	locker := locksmith.New(client, locksmith.WithPrefix(f.prefix))
+	opts := []locksmith.Option{locksmith.WithPrefix(f.prefix)}
+	var events *libraryEvents
+	if u.log != nil && !f.observe {
+		events = newLibraryEvents(u)
+		opts = append(opts, locksmith.WithObserver(events))
+	}
+	locker := locksmith.New(client, opts...)
 	defer locker.Close()
 	el := &elector{
-		supervisor: supervisor{ui: u, command: command, path: path, grace: f.grace, sigs: sigs, stops: isStopSignal},
-		flags:      &f,
-		addr:       addr,
-		election:   locker.Election(f.key, locksmith.WithTTL(f.ttl)),
+		supervisor: supervisor{ui: u, command: command, path: path, grace: f.grace, sigs: sigs, stops: isStopSignal,
+			lostEvent: "term_lost", events: events},
+		flags:    &f,
+		addr:     addr,
+		election: locker.Election(f.key, locksmith.WithTTL(f.ttl)),
 	}
 	if f.observe {
 		return el.observe()
@@ -190,11 +204,15 @@ func (el *elector) run() int {
 		case errors.Is(err, locksmith.ErrNotHeld) && lost == nil && o.ran:
 			// Neither the lease nor COMMAND noticed, but leadership was
 			// gone before the resignation.
-			el.errorf("%s expired or was taken before %q exited with status %d; another candidate may have led meanwhile",
-				el.what(), el.command[0], o.status)
+			el.report(slog.LevelError, "term_lost",
+				fmt.Sprintf("%s expired or was taken before %q exited with status %d; another candidate may have led meanwhile",
+					el.what(), el.command[0], o.status),
+				slog.String("cause", "expired or taken before COMMAND exited"), slog.Bool("child_started", true))
 			lost = err
 		case lost != nil && o.ran && !o.stopped:
-			el.errorf("lost %s just before %q exited with status %d (%s)", el.what(), el.command[0], o.status, lostText(lost))
+			el.report(slog.LevelError, "term_lost",
+				fmt.Sprintf("lost %s just before %q exited with status %d (%s)", el.what(), el.command[0], o.status, lostText(lost)),
+				slog.String("cause", lostText(lost)), slog.Bool("child_started", true))
 		}
 		if !again {
 			if lost != nil && o.ran {
@@ -208,10 +226,11 @@ func (el *elector) run() int {
 			pause = electPauseMin
 		}
 		if o.ran && lost == nil {
-			el.errorf("%q exited with status %d; resigned from election %q, campaigning again in %v",
-				el.command[0], o.status, el.flags.key, pause)
+			el.report(slog.LevelInfo, "campaigning", fmt.Sprintf("%q exited with status %d; resigned from election %q, campaigning again in %v",
+				el.command[0], o.status, el.flags.key, pause), millis("pause_ms", pause))
 		} else {
-			el.errorf("campaigning again in election %q in %v", el.flags.key, pause)
+			el.report(slog.LevelInfo, "campaigning", fmt.Sprintf("campaigning again in election %q in %v", el.flags.key, pause),
+				millis("pause_ms", pause))
 		}
 	}
 }
@@ -235,18 +254,20 @@ func (el *elector) campaign(pause time.Duration) (*locksmith.Term, int) {
 	interrupt := el.interruptOnSignal(cancel)
 	for {
 		var (
-			term *locksmith.Term
-			err  = ctx.Err()
+			term  *locksmith.Term
+			err   = ctx.Err()
+			start time.Time
 		)
 		if err == nil && sleepCtx(ctx, pause) {
+			start = time.Now()
 			term, err = el.election.Campaign(ctx, el.flags.value)
 		}
 		fatal := errors.Is(err, locksmith.ErrInvalidArgument) || errors.Is(err, locksmith.ErrNoPermission) ||
 			el.flags.exitWithCommand
 		if err != nil && !fatal && ctx.Err() == nil {
 			pause = min(max(2*pause, electPauseMin), electPauseMax)
-			el.errorf("cannot campaign in election %q at Redis at %s, trying again in %v: %s",
-				el.flags.key, el.addr, pause, errText(err))
+			el.report(slog.LevelWarn, "campaign_failed", fmt.Sprintf("cannot campaign in election %q at Redis at %s, trying again in %v: %s",
+				el.flags.key, el.addr, pause, errText(err)), slog.String("error", errText(err)), millis("pause_ms", pause))
 			continue
 		}
 		// Only the interrupter ends ctx.
@@ -254,11 +275,18 @@ func (el *elector) campaign(pause time.Duration) (*locksmith.Term, int) {
 			if term != nil {
 				_ = el.resign(term)
 			}
-			el.errorf("got signal %q while campaigning in election %q; not running %q", sig, el.flags.key, el.command[0])
+			el.report(slog.LevelWarn, "interrupted",
+				fmt.Sprintf("got signal %q while campaigning in election %q; not running %q", sig, el.flags.key, el.command[0]),
+				slog.String("signal", signalName(sig)))
 			return nil, exitSignal + signalNumber(sig)
 		}
 		switch {
 		case err == nil:
+			if el.events != nil {
+				attrs := append([]slog.Attr{slog.String("value", el.flags.value)},
+					el.events.obtainAttrs(start, el.flags.ttl, term.Fence(), true)...)
+				el.report(slog.LevelInfo, "elected", "", attrs...)
+			}
 			return term, exitOK
 		case errors.Is(err, locksmith.ErrInvalidArgument):
 			return nil, el.usageError("elect", errors.New(errText(err)))
@@ -293,9 +321,14 @@ func (el *elector) resign(term *locksmith.Term) error {
 	ctx, cancel := context.WithTimeout(context.Background(), el.flags.timeout)
 	defer cancel()
 	err := term.Resign(ctx)
-	if err != nil && !errors.Is(err, locksmith.ErrNotHeld) {
-		el.errorf("could not resign from election %q (another candidate takes over within %v): %s",
-			el.flags.key, el.flags.ttl, errText(err))
+	switch {
+	case err == nil:
+		el.report(slog.LevelInfo, "resigned", "")
+	case errors.Is(err, locksmith.ErrNotHeld):
+		el.report(slog.LevelWarn, "resign_failed", "", slog.String("error", errText(err)))
+	default:
+		el.report(slog.LevelWarn, "resign_failed", fmt.Sprintf("could not resign from election %q (another candidate takes over within %v): %s",
+			el.flags.key, el.flags.ttl, errText(err)), slog.String("error", errText(err)))
 	}
 	return err
 }

@@ -16,6 +16,8 @@ Usage:
   locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
   locksmith elect   [flags] --name NAME --observe [--json]
   locksmith status  [flags] --key KEY [--json]
+  locksmith status  [flags] --key KEY --watch [--interval D] [--json]
+  locksmith ls      [flags] [--prefix PREFIX] [--limit N] [--json]
   locksmith release [flags] --key KEY --force
   locksmith help [COMMAND]
   locksmith --version
@@ -26,7 +28,10 @@ Commands:
   elect     campaign in a leader election, run COMMAND while leading, and
             campaign again when it exits; or (--observe) print each leader
   status    show whether the lock is held, by which token, for how long;
-            the last fencing token, and the record of a run --once
+            the last fencing token, and the record of a run --once;
+            with --watch, follow it and print each change
+  ls        list the locks held under the prefix, with their holders
+            (an election's leader), time left, fence and waiters
   release   delete the lock, whoever holds it (needs --force)
 
 Redis:
@@ -72,8 +77,9 @@ Redis:
 Exit status:
 
   0      COMMAND exited 0; run --skip-ok found the lock held elsewhere,
-         or run --once --skip-ok found the job done; status or release
-         succeeded; elect --observe was interrupted
+         or run --once --skip-ok found the job done; status, ls or
+         release succeeded; elect --observe or status --watch was
+         interrupted
   N      COMMAND exited with status N
   128+N  COMMAND was killed by signal N, or locksmith got signal N
          before COMMAND started (elect: while campaigning)
@@ -158,6 +164,19 @@ COMMAND started are not, so a script should exec its last, long-running
 program. Processes that COMMAND leaves running in the background when it
 exits are not covered by the lock. COMMAND runs in the background as far
 as a terminal is concerned: it cannot read from the terminal.
+
+--log-format json makes run write, instead of its messages, one JSON
+object a line to stderr for each thing it does, with the time, a level
+and msg naming the thing, for a log collector: acquired (waited_ms,
+attempts, handed_over, ttl_ms, fence with --fencing), skipped (reason
+held or done), child_started (pid), signal_forwarded, renewal_failed,
+lost (cause), child_killed (signal SIGTERM or SIGKILL), child_exited
+(status, signal), released or release_failed, recorded (--once), error,
+and last exit (status). No token is ever written. For example:
+  {"time":"2026-12-02T02:15:00.412Z","level":"INFO","msg":"acquired","key":"backup",
+   "waited_ms":1875,"hold":"lock","attempts":2,"handed_over":true,"ttl_ms":30000}
+(on one line). COMMAND's own output is not changed. docs/cli.md lists
+every record and field.
 
 Flags:
 
@@ -249,6 +268,12 @@ while campaigning prints one line to stderr and tries again after a pause
 does. elect --observe exits 69 if its first read of the leader fails. A
 Redis user refused a command it needs (ACL) exits 69 either way.
 
+--log-format json writes one JSON object a line to stderr, as run's
+does (see 'locksmith help run'), with these records of a candidate:
+elected (value, waited_ms, attempts, handed_over, ttl_ms, fence),
+campaign_failed (error, pause_ms), term_lost (cause), resigned or
+resign_failed, and campaigning (pause_ms) before the next campaign.
+
 The election is a lock at PREFIX+NAME with fencing (see 'locksmith help
 status'); Go programs using the library's Locker.Election with the same
 prefix and name are candidates in the same election.
@@ -278,6 +303,7 @@ Examples:
 `
 
 const statusIntro = `Usage: locksmith status [flags] --key KEY [--json]
+       locksmith status [flags] --key KEY --watch [--interval D] [--json]
 
 Show whether the lock KEY is free or held, and if it is held the holder's
 token and the time left before it expires unless renewed; how many
@@ -306,6 +332,22 @@ or, after a run --once --fencing under KEY has succeeded,
 ttl_ms is -1 for a key that has no expiry (one not set by locksmith);
 fence, done and queued are absent when there are none.
 
+--watch follows KEY until SIGINT or SIGTERM, and then exits 0: it prints
+the state, then a line each time it changes (holder, waiters, fence,
+record; not the time left, which every renewal changes), starting with
+the time:
+  2026-12-02T14:30:05.120Z lock "backup" (Redis key "locksmith:backup") is held by token "9f...", 29.9s left
+  2026-12-02T14:31:12.004Z lock "backup" (Redis key "locksmith:backup") is free
+With --json each line is the object above with a time field first. It
+reads KEY every --interval and, for a lock or a read-write lock, also as
+soon as a release or a handoff is announced on KEY's channel (a lock
+taken while free is seen at the next read; a semaphore is only polled,
+since a listener on its channel would count as a waiting process). It
+exits 69 if its first read fails; after
+that, while Redis cannot be read, it prints one line to stderr, keeps
+trying every --interval, and says when Redis answers again, printing
+the state again then.
+
 Flags:
 
 `
@@ -323,6 +365,52 @@ Examples:
 
   # When did the run --once for yesterday's report succeed, and where?
   locksmith status --key "report:$(date -d yesterday +%F)" --json | jq .done
+
+  # Who holds the backup lock, from now on, checked every 5 seconds.
+  locksmith status --key nightly-backup --watch --interval 5s
+`
+
+const lsIntro = `Usage: locksmith ls [flags] [--prefix PREFIX] [--limit N] [--json]
+
+List the locks held under PREFIX (--prefix, default "locksmith:"), sorted
+by key: for each, its kind (lock; election, a lock that candidates
+campaign for; semaphore, from run --limit; rwlock, the library's
+RWMutex), how many hold it, the leader's value for an election, the time
+left of the hold that expires first, the last fencing token, and the
+waiters: queued for a lock or an election, listening for a semaphore's
+releases ("?" when the Redis user may not count them), writers waiting
+for a read-write lock. ls never prints a token.
+
+ls finds the keys with SCAN MATCH PREFIX* (on every master of a Redis
+Cluster), at most 100 calls of COUNT 1000 per server, skips the keys
+locksmith keeps beside each lock (those whose name after PREFIX starts
+with "~": see the library's Locker.Keys and docs/acl.md) and the
+keys that hold neither a string nor a sorted set, and reads each lock as
+status does. PREFIX must be the one the locks were taken with. It lists
+at most --limit locks, the first by key of the names it found; when it
+stops short it says so on stderr, and --json gives "complete":false.
+It exits 0, or 69 if Redis cannot be read or a key under PREFIX holds
+something that locksmith did not write there.
+
+--json prints one object, such as
+  {"prefix":"locksmith:","locks":[
+   {"key":"backup","redis_key":"locksmith:backup","kind":"lock","holders":1,"ttl_ms":27514,"waiters":1},
+   {"key":"cache","redis_key":"locksmith:cache","kind":"rwlock","holders":3,"mode":"read","ttl_ms":2980},
+   {"key":"scheduler","redis_key":"locksmith:scheduler","kind":"election","holder":"db1:4242",
+    "holders":1,"ttl_ms":9650,"fence":1796005500123456}],"complete":true}
+(on one line). holder, mode, fence and waiters are absent when they do
+not apply or are none; ttl_ms is -1 for a lock key without expiry.
+
+Flags:
+
+`
+
+const lsExamples = `
+Examples:
+
+  locksmith ls
+  locksmith ls --prefix jobs: --limit 50
+  locksmith ls --json | jq -r '.locks[] | select(.kind == "election") | "\(.key) \(.holder)"'
 `
 
 const releaseIntro = `Usage: locksmith release [flags] --key KEY --force
@@ -364,6 +452,9 @@ var commandHelp = map[string]func() string{
 	},
 	"release": func() string {
 		return helpText(releaseIntro, releaseFlagSet(new(releaseFlags)), releaseExamples)
+	},
+	"ls": func() string {
+		return helpText(lsIntro, lsFlagSet(new(lsFlags)), lsExamples)
 	},
 }
 

@@ -15,9 +15,11 @@ import (
 // lockState is a lock as Redis has it: what status prints, and what
 // release --force deleted.
 type lockState struct {
-	Key      string `json:"key"`       // as given, without the prefix
-	RedisKey string `json:"redis_key"` // prefix + key
-	Held     bool   `json:"held"`
+	// Time is when status --watch read the state; absent otherwise.
+	Time     *time.Time `json:"time,omitempty"`
+	Key      string     `json:"key"`       // as given, without the prefix
+	RedisKey string     `json:"redis_key"` // prefix + key
+	Held     bool       `json:"held"`
 	// Token identifies the holder's acquisition; its COMMAND has it as
 	// LOCKSMITH_TOKEN.
 	Token string `json:"token,omitempty"`
@@ -52,9 +54,10 @@ type doneState struct {
 	Token       string    `json:"token"`        // the token of the lock it ran under
 }
 
-// newLockState returns the state that Inspect read for the lock c names.
-func newLockState(c *connFlags, s locksmith.LockStatus) lockState {
-	st := lockState{Key: c.key, RedisKey: c.prefix + c.key, Fence: s.Fence, Queued: s.Queued}
+// newLockState returns the state that Inspect read for the lock on key
+// under prefix.
+func newLockState(prefix, key string, s locksmith.LockStatus) lockState {
+	st := lockState{Key: key, RedisKey: prefix + key, Fence: s.Fence, Queued: s.Queued}
 	if s.Held {
 		st.setHeld(s.Token, s.TTL)
 	}
@@ -164,6 +167,20 @@ func (st lockState) describe(now time.Time) string {
 			d.CompletedAt.Format(time.RFC3339), now.Sub(d.CompletedAt).Round(time.Second), d.By, d.Token))
 	}
 	return strings.Join(lines, "\n")
+}
+
+func (st lockState) fingerprint() string {
+	var done string
+	if d := st.Done; d != nil {
+		done = fmt.Sprintf("%v %q %q", d.CompletedAt, d.By, d.Token)
+	}
+	expires := st.TTLMillis != nil && *st.TTLMillis >= 0
+	return fmt.Sprintf("lock %t %q %t %d %d %s", st.Held, st.Token, expires, st.Fence, st.Queued, done)
+}
+
+func (st lockState) at(t time.Time) keyState {
+	st.Time = &t
+	return st
 }
 
 // remaining describes the remaining TTL of a held lock.

@@ -6,6 +6,8 @@
 //	locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
 //	locksmith elect   [flags] --name NAME --observe [--json]
 //	locksmith status  [flags] --key KEY [--json]
+//	locksmith status  [flags] --key KEY --watch [--interval D] [--json]
+//	locksmith ls      [flags] [--prefix PREFIX] [--limit N] [--json]
 //	locksmith release [flags] --key KEY --force
 //	locksmith help [COMMAND]
 //	locksmith --version
@@ -16,9 +18,12 @@
 // runs, COMMAND's process group gets SIGTERM, then SIGKILL after --grace.
 // With --once it runs COMMAND only if no earlier run under the key has
 // succeeded, and records a success; with --fencing COMMAND gets a fencing
-// token to pass to the resource it writes. status shows whether a lock is
-// held and for how long, the last fencing token and the record of a
-// success; release --force deletes a lock whatever its holder.
+// token to pass to the resource it writes; with --log-format json it
+// reports what it does as JSON lines on stderr. status shows whether a
+// lock is held and for how long, the last fencing token and the record of
+// a success, and with --watch each change of them; ls lists the locks
+// held under a prefix; release --force deletes a lock whatever its
+// holder.
 //
 // elect is a candidate in a leader election: it runs COMMAND while it
 // leads, stops it as run does when leadership is lost, and campaigns
@@ -41,6 +46,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -92,6 +98,9 @@ type ui struct {
 	// secrets are strings, such as the Redis password, that are replaced
 	// in every message to stderr, whatever produced the message.
 	secrets []string
+	// log is the JSON log of run or elect --log-format json, to stderr;
+	// nil otherwise (see startLog).
+	log *slog.Logger
 }
 
 // main runs the subcommand named by args[0] and returns the exit status.
@@ -107,6 +116,8 @@ func (u *ui) main(args []string) int {
 		return u.elect(rest)
 	case "status":
 		return u.status(rest)
+	case "ls":
+		return u.ls(rest)
 	case "release":
 		return u.release(rest)
 	case "help", "-h", "-help", "--help":
@@ -141,9 +152,14 @@ func (u *ui) help(args []string) int {
 }
 
 // errorf prints one message, prefixed "locksmith: ", to stderr, with every
-// secret replaced.
+// secret replaced. With --log-format json it writes a record instead,
+// whose msg is "error" and whose error attribute is the message.
 func (u *ui) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	if u.log != nil {
+		u.log.LogAttrs(context.Background(), slog.LevelError, "error", slog.String("error", msg))
+		return
+	}
 	for _, s := range u.secrets {
 		if s != "" {
 			msg = strings.ReplaceAll(msg, s, "xxxxx")

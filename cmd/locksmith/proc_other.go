@@ -33,4 +33,8 @@ func (c *child) groupAlive() bool { return false }
 
 func (c *child) exitStatus() int { return c.cmd.ProcessState.ExitCode() }
 
+func (c *child) signaled() (os.Signal, bool) { return nil, false }
+
+func signalName(sig os.Signal) string { return sig.String() }
+
 func signalNumber(os.Signal) int { return 0 }

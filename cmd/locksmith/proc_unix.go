@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
@@ -80,6 +81,39 @@ func (c *child) exitStatus() int {
 		return exitSignal + int(ws.Signal())
 	}
 	return state.ExitCode()
+}
+
+// signaled returns the signal that killed the exited child, if one did.
+func (c *child) signaled() (os.Signal, bool) {
+	ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return nil, false
+	}
+	return ws.Signal(), true
+}
+
+// signalNames are the names of the signals that the JSON log names, as
+// kill -l gives them with the SIG prefix.
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+	syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
+	syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+	syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+	syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+	syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
+}
+
+// signalName returns sig's name, such as "SIGTERM", or "signal N" for
+// one without a name here.
+func signalName(sig os.Signal) string {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return sig.String()
+	}
+	if name, ok := signalNames[s]; ok {
+		return name
+	}
+	return "signal " + strconv.Itoa(int(s))
 }
 
 // signalNumber returns sig's number.

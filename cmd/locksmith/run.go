@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -74,6 +75,7 @@ type runFlags struct {
 	fenceTTL   time.Duration // zero: the counter never expires
 	// fenceTTLSet is true when --fence-ttl was given.
 	fenceTTLSet bool
+	logFormat   string // logText or logJSON
 }
 
 func runFlagSet(f *runFlags) *flag.FlagSet {
@@ -91,6 +93,7 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	set.DurationVar(&f.doneTTL, "done-ttl", locksmith.DefaultDoneTTL, "with --once, how long a success is recorded: KEY runs again after that")
 	set.DurationVar(&f.fenceTTL, "fence-ttl", 0,
 		"with --fencing, expire KEY's fence counter `DURATION` after the last token was taken (default: never)")
+	registerLogFormat(set, &f.logFormat)
 	return set
 }
 
@@ -123,13 +126,23 @@ func (f *runFlags) check(command []string) error {
 	return nil
 }
 
+// registerLogFormat registers --log-format, of run and elect.
+func registerLogFormat(set *flag.FlagSet, format *string) {
+	set.StringVar(format, "log-format", logText,
+		"`FORMAT` of what is reported on stderr: text, messages for people, or json, one JSON object a line for each thing done")
+}
+
 // run implements "locksmith run".
-func (u *ui) run(args []string) int {
+func (u *ui) run(args []string) (code int) {
 	var f runFlags
 	set := runFlagSet(&f)
 	if code, ok := u.parseFlags(set, "run", args); !ok {
 		return code
 	}
+	if err := u.startLog(f.logFormat, f.key); err != nil {
+		return u.usageError("run", err)
+	}
+	defer func() { u.logExit(code) }()
 	set.Visit(func(fl *flag.Flag) {
 		f.doneTTLSet = f.doneTTLSet || fl.Name == "done-ttl"
 		f.fenceTTLSet = f.fenceTTLSet || fl.Name == "fence-ttl"
@@ -162,11 +175,17 @@ func (u *ui) run(args []string) int {
 	if f.fenceTTLSet {
 		opts = append(opts, locksmith.WithFenceTTL(f.fenceTTL))
 	}
+	var events *libraryEvents
+	if u.log != nil {
+		events = newLibraryEvents(u)
+		opts = append(opts, locksmith.WithObserver(events))
+	}
 	r := &runner{
-		supervisor: supervisor{ui: u, command: command, path: path, grace: f.grace, sigs: sigs},
-		flags:      &f,
-		addr:       addr,
-		locker:     locksmith.New(client, opts...),
+		supervisor: supervisor{ui: u, command: command, path: path, grace: f.grace, sigs: sigs,
+			lostEvent: "lost", events: events},
+		flags:  &f,
+		addr:   addr,
+		locker: locksmith.New(client, opts...),
 	}
 	defer r.locker.Close()
 	return r.run()
@@ -220,6 +239,12 @@ type supervisor struct {
 	// signal that does not stop locksmith is passed on to COMMAND while
 	// it runs, and ignored otherwise.
 	stops func(os.Signal) bool
+	// lostEvent names the JSON record of a loss of what is held: "lost"
+	// (run) or "term_lost" (elect).
+	lostEvent string
+	// events is the Locker's observer with --log-format json, nil
+	// otherwise.
+	events *libraryEvents
 }
 
 // stopsOn reports whether sig asks locksmith to stop.
@@ -237,6 +262,7 @@ func (r *runner) run() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	interrupt := r.interruptOnSignal(cancel)
+	start := time.Now()
 	var opts []locksmith.Option
 	if r.flags.wait > 0 {
 		opts = append(opts, locksmith.WithRetry(waitUntil(time.Now().Add(r.flags.wait))))
@@ -253,7 +279,12 @@ func (r *runner) run() int {
 			o = outcome{status: r.interrupted(sig)}
 			return errCommandFailed
 		}
-		o = r.supervise(r.what(), r.childEnv(locksmith.LockFromContext(lease)), lease)
+		lk := locksmith.LockFromContext(lease)
+		if r.events != nil {
+			r.report(slog.LevelInfo, "acquired", "",
+				r.events.obtainAttrs(start, r.flags.ttl, lk.Fence(), r.flags.fencing)...)
+		}
+		o = r.supervise(r.what(), r.childEnv(lk), lease)
 		// Read before the lease ends with the release.
 		if cause := context.Cause(lease); errors.Is(cause, locksmith.ErrLockLost) {
 			lost = cause
@@ -274,46 +305,58 @@ func (r *runner) run() int {
 	}
 	sig := interrupt.stop()
 	if !called {
-		return r.notRun(err, sig)
+		return r.notRun(err, sig, start)
+	}
+	if r.events != nil {
+		// Close delivers the release's event, and the others still
+		// buffered, before the records below; nothing is held any more.
+		_ = r.locker.Close()
 	}
 
 	switch endErr := withoutErr(err, errCommandFailed); {
 	case !o.ran || o.stopped:
 		return o.status // reported already
 	case lost != nil:
-		r.errorf("lost %s just before %q exited with status %d (%s)%s",
-			r.what(), r.command[0], o.status, lostText(lost), r.notRecorded(o))
+		r.report(slog.LevelError, "lost", fmt.Sprintf("lost %s just before %q exited with status %d (%s)%s",
+			r.what(), r.command[0], o.status, lostText(lost), r.notRecorded(o)),
+			slog.String("cause", lostText(lost)), slog.Bool("child_started", true))
 		return exitLost
 	case errors.Is(err, locksmith.ErrLockLost):
-		r.errorf("%s expired or was taken before %q exited with status %d; another run may have overlapped%s",
-			r.what(), r.command[0], o.status, r.notRecorded(o))
+		// The release found the lock gone, and its record says so.
+		r.report(slog.LevelError, "lost", fmt.Sprintf("%s expired or was taken before %q exited with status %d; another run may have overlapped%s",
+			r.what(), r.command[0], o.status, r.notRecorded(o)),
+			slog.String("cause", "expired or taken before COMMAND exited"), slog.Bool("child_started", true))
 		return exitLost
 	case endErr != nil && r.flags.once && o.status == exitOK:
 		r.errorf("could not record that %q succeeded under %q (if it was not recorded, the next run --once runs it again; "+
 			"the lock expires within %v): %s", r.command[0], r.flags.key, r.flags.ttl, errText(endErr))
 	case endErr != nil:
-		r.errorf("could not release %s (it expires within %v): %s", r.what(), r.flags.ttl, errText(endErr))
+		// The release_failed record says so in JSON.
+		r.report(slog.LevelWarn, "", fmt.Sprintf("could not release %s (it expires within %v): %s", r.what(), r.flags.ttl, errText(endErr)))
 	}
 	return o.status
 }
 
 // notRun reports why the library returned err without running COMMAND, and
 // returns the exit status. sig is the signal that interrupted the wait for
-// the lock, if one did.
-func (r *runner) notRun(err error, sig os.Signal) int {
+// the lock, if one did; start is when the wait began.
+func (r *runner) notRun(err error, sig os.Signal, start time.Time) int {
 	switch {
 	case sig != nil:
 		return r.interrupted(sig)
 	case err == nil:
 		// Only Once returns nil without calling the job: it is done.
-		r.errorf("%s; not running %q", r.doneText(), r.command[0])
+		r.report(slog.LevelInfo, "skipped", fmt.Sprintf("%s; not running %q", r.doneText(), r.command[0]),
+			slog.String("reason", "done"))
 		return r.skipped(exitDone)
 	case errors.Is(err, locksmith.ErrNotObtained):
+		var text string
 		if r.flags.wait > 0 {
-			r.errorf("%s still held elsewhere after waiting %v; not running %q", r.heldText(), r.flags.wait, r.command[0])
+			text = fmt.Sprintf("%s still held elsewhere after waiting %v; not running %q", r.heldText(), r.flags.wait, r.command[0])
 		} else {
-			r.errorf("%s held elsewhere; not running %q", r.heldText(), r.command[0])
+			text = fmt.Sprintf("%s held elsewhere; not running %q", r.heldText(), r.command[0])
 		}
+		r.report(slog.LevelInfo, "skipped", text, slog.String("reason", "held"), millis("waited_ms", time.Since(start)))
 		return r.skipped(exitHeld)
 	case errors.Is(err, locksmith.ErrInvalidArgument):
 		return r.usageError("run", errors.New(errText(err)))
@@ -343,7 +386,8 @@ func (r *runner) heldText() string {
 // interrupted reports that sig came while the lock was being obtained, so
 // that COMMAND is not run, and returns the exit status.
 func (r *runner) interrupted(sig os.Signal) int {
-	r.errorf("got signal %q while obtaining %s; not running %q", sig, r.what(), r.command[0])
+	r.report(slog.LevelWarn, "interrupted", fmt.Sprintf("got signal %q while obtaining %s; not running %q", sig, r.what(), r.command[0]),
+		slog.String("signal", signalName(sig)))
 	return exitSignal + signalNumber(sig)
 }
 
@@ -467,11 +511,15 @@ func (s *supervisor) supervise(what string, env []string, lease context.Context)
 			if !s.stopsOn(sig) {
 				continue // nothing to pass it on to
 			}
-			s.errorf("got signal %q before %q started; not running it", sig, s.command[0])
+			s.report(slog.LevelWarn, "interrupted",
+				fmt.Sprintf("got signal %q before %q started; not running it", sig, s.command[0]),
+				slog.String("signal", signalName(sig)))
 			return outcome{status: exitSignal + signalNumber(sig), stopSig: sig}
 		case <-lease.Done():
-			s.errorf("lost %s before %q started (%s); not running it",
-				what, s.command[0], lostText(context.Cause(lease)))
+			cause := context.Cause(lease)
+			s.report(slog.LevelError, s.lostEvent,
+				fmt.Sprintf("lost %s before %q started (%s); not running it", what, s.command[0], lostText(cause)),
+				slog.String("cause", lostText(cause)), slog.Bool("child_started", false))
 			return outcome{status: exitLost}
 		default:
 			pending = false
@@ -486,6 +534,8 @@ func (s *supervisor) supervise(what string, env []string, lease context.Context)
 		s.errorf("cannot run %q: %v", s.command[0], err)
 		return outcome{status: exitCannotRun}
 	}
+	pid := slog.Int("pid", c.cmd.Process.Pid)
+	s.report(slog.LevelInfo, "child_started", "", slog.String("command", s.command[0]), pid)
 
 	var (
 		leaseDone = lease.Done()
@@ -496,6 +546,7 @@ func (s *supervisor) supervise(what string, env []string, lease context.Context)
 	for {
 		select {
 		case <-c.exited:
+			s.reportExit(c, pid)
 			if !stopped {
 				return outcome{status: c.exitStatus(), ran: true, stopSig: stopSig}
 			}
@@ -506,17 +557,24 @@ func (s *supervisor) supervise(what string, env []string, lease context.Context)
 				stopSig = sig
 			}
 			if ss, ok := sig.(syscall.Signal); ok {
+				s.report(slog.LevelInfo, "signal_forwarded", "", slog.String("signal", signalName(sig)), pid)
 				s.kill(c, ss)
 			}
 		case <-leaseDone:
 			leaseDone, stopped = nil, true
-			s.errorf("lost %s while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
-				what, s.command[0], lostText(context.Cause(lease)), s.grace)
+			cause := context.Cause(lease)
+			s.report(slog.LevelError, s.lostEvent,
+				fmt.Sprintf("lost %s while %q ran (%s); sending SIGTERM to its process group (SIGKILL after %v)",
+					what, s.command[0], lostText(cause), s.grace),
+				slog.String("cause", lostText(cause)), slog.Bool("child_started", true))
+			s.report(slog.LevelWarn, "child_killed", "", slog.String("signal", "SIGTERM"), pid, millis("grace_ms", s.grace))
 			s.kill(c, syscall.SIGTERM)
 			graceDone = time.After(s.grace)
 		case <-graceDone:
 			graceDone = nil
-			s.errorf("%q still running %v after SIGTERM; sending SIGKILL", s.command[0], s.grace)
+			s.report(slog.LevelWarn, "child_killed",
+				fmt.Sprintf("%q still running %v after SIGTERM; sending SIGKILL", s.command[0], s.grace),
+				slog.String("signal", "SIGKILL"), pid)
 			s.kill(c, syscall.SIGKILL)
 		}
 	}
@@ -534,12 +592,26 @@ func (s *supervisor) stopGroup(c *child, graceDone <-chan time.Time) {
 	for c.groupAlive() {
 		select {
 		case <-graceDone:
-			s.errorf("processes started by %q still running %v after SIGTERM; sending SIGKILL", s.command[0], s.grace)
+			s.report(slog.LevelWarn, "child_killed",
+				fmt.Sprintf("processes started by %q still running %v after SIGTERM; sending SIGKILL", s.command[0], s.grace),
+				slog.String("signal", "SIGKILL"), slog.Int("pid", c.cmd.Process.Pid), slog.Bool("group_only", true))
 			s.kill(c, syscall.SIGKILL)
 			return
 		case <-poll.C:
 		}
 	}
+}
+
+// reportExit writes the JSON record of COMMAND's exit.
+func (s *supervisor) reportExit(c *child, pid slog.Attr) {
+	if s.log == nil {
+		return
+	}
+	attrs := []slog.Attr{pid, slog.Int("status", c.exitStatus())}
+	if sig, ok := c.signaled(); ok {
+		attrs = append(attrs, slog.String("signal", signalName(sig)))
+	}
+	s.report(slog.LevelInfo, "child_exited", "", attrs...)
 }
 
 func (s *supervisor) kill(c *child, sig syscall.Signal) {

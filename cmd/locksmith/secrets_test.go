@@ -45,6 +45,8 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			start(t, nil, "run", "--redis", tc.url, "--key", uniqueKey(t), "--", "touch", dir+"/ran"),
 			start(t, env, "status", "--key", uniqueKey(t), "--json"),
 			start(t, env, "release", "--key", uniqueKey(t), "--force"),
+			start(t, env, "run", "--log-format", "json", "--key", uniqueKey(t), "--", "touch", dir+"/ran"),
+			start(t, env, "ls", "--json", "--prefix", uniqueKey(t)+":"),
 			start(t, env, "run", "--help"),
 		}
 		for i, p := range procs {

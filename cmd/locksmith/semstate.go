@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 // semaphoreState is a semaphore as Redis has it (run --limit): what
 // status prints for a key that holds one.
 type semaphoreState struct {
-	Key      string `json:"key"`       // as given, without the prefix
-	RedisKey string `json:"redis_key"` // prefix + key
+	// Time is when status --watch read the state; absent otherwise.
+	Time     *time.Time `json:"time,omitempty"`
+	Key      string     `json:"key"`       // as given, without the prefix
+	RedisKey string     `json:"redis_key"` // prefix + key
 	// Kind is "semaphore", to tell this object from a lock's.
 	Kind string `json:"kind"`
 	// Holders are the unexpired permits, the one that expires first
@@ -33,8 +36,8 @@ type permitState struct {
 	TTLMillis int64  `json:"ttl_ms"`
 }
 
-func newSemaphoreState(c *connFlags, s locksmith.SemaphoreStatus) semaphoreState {
-	st := semaphoreState{Key: c.key, RedisKey: c.prefix + c.key, Kind: "semaphore", Fence: s.Fence,
+func newSemaphoreState(prefix, key string, s locksmith.SemaphoreStatus) semaphoreState {
+	st := semaphoreState{Key: key, RedisKey: prefix + key, Kind: "semaphore", Fence: s.Fence,
 		Listening: s.Listening, Holders: []permitState{}}
 	for _, h := range s.Holders {
 		st.Holders = append(st.Holders, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
@@ -77,8 +80,10 @@ func (st semaphoreState) describe(time.Time) string {
 // rwState is a read-write lock as Redis has it: what status prints for a
 // key that holds one.
 type rwState struct {
-	Key      string `json:"key"`
-	RedisKey string `json:"redis_key"`
+	// Time is when status --watch read the state; absent otherwise.
+	Time     *time.Time `json:"time,omitempty"`
+	Key      string     `json:"key"`
+	RedisKey string     `json:"redis_key"`
 	// Kind is "rwlock", to tell this object from a lock's.
 	Kind    string        `json:"kind"`
 	Readers []permitState `json:"readers"`
@@ -88,8 +93,8 @@ type rwState struct {
 	Fence          int64 `json:"fence,omitempty"`
 }
 
-func newRWState(c *connFlags, s locksmith.RWStatus) rwState {
-	st := rwState{Key: c.key, RedisKey: c.prefix + c.key, Kind: "rwlock", Fence: s.Fence,
+func newRWState(prefix, key string, s locksmith.RWStatus) rwState {
+	st := rwState{Key: key, RedisKey: prefix + key, Kind: "rwlock", Fence: s.Fence,
 		WaitingWriters: s.WaitingWriters, Readers: []permitState{}}
 	for _, h := range s.Readers {
 		st.Readers = append(st.Readers, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
@@ -122,4 +127,37 @@ func (st rwState) describe(time.Time) string {
 		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))
 	}
 	return strings.Join(lines, "\n")
+}
+
+func (st semaphoreState) fingerprint() string {
+	return fmt.Sprintf("semaphore %q %d %d", tokens(st.Holders), st.Fence, st.Listening)
+}
+
+func (st semaphoreState) at(t time.Time) keyState {
+	st.Time = &t
+	return st
+}
+
+func (st rwState) fingerprint() string {
+	var writer string
+	if st.Writer != nil {
+		writer = st.Writer.Token
+	}
+	return fmt.Sprintf("rwlock %q %q %d %d", tokens(st.Readers), writer, st.WaitingWriters, st.Fence)
+}
+
+func (st rwState) at(t time.Time) keyState {
+	st.Time = &t
+	return st
+}
+
+// tokens returns the tokens of holds, sorted: the order of holds follows
+// their expiry, which renewals change.
+func tokens(holds []permitState) []string {
+	ts := make([]string, 0, len(holds))
+	for _, h := range holds {
+		ts = append(ts, h.Token)
+	}
+	slices.Sort(ts)
+	return ts
 }

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/locksmith-go/locksmith"
+)
+
+// What run and elect report on stderr: with --log-format text (the
+// default) the messages for people they always printed, and nothing
+// else; with --log-format json one JSON object a line for each thing they
+// do, written by log/slog's JSONHandler. docs/cli.md lists the records
+// and their fields.
+
+// The values of --log-format.
+const (
+	logText = "text"
+	logJSON = "json"
+)
+
+// eventWait bounds how long run and elect wait for the Locker's observer
+// to deliver the event of an obtain they made (see libraryEvents), so
+// that its record comes before those that follow it. The event is emitted
+// before the call returns and delivered by one goroutine at once, so the
+// bound only matters if the event was dropped, which takes 1024 events
+// waiting: it is never reached in practice.
+const eventWait = time.Second
+
+// startLog sets up the JSON log when format asks for one: every message to
+// stderr is then a record, with key among its attributes when it is not
+// empty. It returns an error for a format it does not know.
+func (u *ui) startLog(format, key string) error {
+	switch format {
+	case logText:
+		return nil
+	case logJSON:
+	default:
+		return fmt.Errorf("--log-format %q: want %s or %s", format, logText, logJSON)
+	}
+	log := slog.New(slog.NewJSONHandler(redactor{u}, nil))
+	if key != "" {
+		log = log.With(slog.String("key", key))
+	}
+	u.log = log
+	return nil
+}
+
+// report tells of one thing run or elect did. In text mode it prints
+// text, if it is not empty, as errorf does; in JSON mode it writes a
+// record at level whose msg is event, with attrs, unless event is empty
+// (text that JSON mode says with other records).
+func (u *ui) report(level slog.Level, event, text string, attrs ...slog.Attr) {
+	if u.log == nil {
+		if text != "" {
+			u.errorf("%s", text)
+		}
+		return
+	}
+	if event != "" {
+		u.log.LogAttrs(context.Background(), level, event, attrs...)
+	}
+}
+
+// record writes a record of the JSON log made at t, for an event of the
+// library, which reaches the log later than it happened.
+func (u *ui) record(t time.Time, level slog.Level, event string, attrs ...slog.Attr) {
+	r := slog.NewRecord(t, level, event, 0)
+	r.AddAttrs(attrs...)
+	_ = u.log.Handler().Handle(context.Background(), r)
+}
+
+// logExit writes the last record of the JSON log, with the exit status.
+func (u *ui) logExit(code int) {
+	if u.log != nil {
+		u.log.LogAttrs(context.Background(), slog.LevelInfo, "exit", slog.Int("status", code))
+	}
+}
+
+// redactor writes the JSON log to u's stderr with every secret replaced,
+// as errorf replaces them in text: as written, and as JSON escapes it.
+// The handler writes each record with one Write.
+type redactor struct{ u *ui }
+
+func (r redactor) Write(p []byte) (int, error) {
+	s := string(p)
+	for _, secret := range r.u.secrets {
+		if secret == "" {
+			continue
+		}
+		for _, form := range jsonForms(secret) {
+			s = strings.ReplaceAll(s, form, "xxxxx")
+		}
+	}
+	if _, err := io.WriteString(r.u.stderr, s); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// jsonForms returns s as written and as a JSON string holds it, with and
+// without the escaping of <, > and &.
+func jsonForms(s string) []string {
+	unquote := func(q string) string { return strings.TrimSuffix(strings.TrimPrefix(q, `"`), `"`) }
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	html, _ := json.Marshal(s)
+	return []string{s, unquote(strings.TrimSuffix(b.String(), "\n")), unquote(string(html))}
+}
+
+// millis returns d in whole milliseconds, as the records give durations.
+func millis(name string, d time.Duration) slog.Attr {
+	return slog.Int64(name, d.Milliseconds())
+}
+
+// libraryEvents is the Locker's observer in JSON mode. It writes a record
+// for what the library does behind run's back (a failed renewal, the
+// release at the end of WithLock, a success recorded by Once, the pub/sub
+// connection going down and coming back) and passes each successful
+// obtain on to the goroutine that made the call (see awaitObtain), which
+// writes the record of it with what only it knows (the fencing token).
+// Lost leases are reported by the supervisor, which stops COMMAND, and
+// resignations by elect, which makes them.
+type libraryEvents struct {
+	u        *ui
+	obtained chan locksmith.Event // successful obtains; never closed
+	down     bool                 // a pub/sub connection was reported down; only Observe uses it
+}
+
+func newLibraryEvents(u *ui) *libraryEvents {
+	return &libraryEvents{u: u, obtained: make(chan locksmith.Event, 4)}
+}
+
+// Observe is called by one goroutine of the Locker at a time.
+func (le *libraryEvents) Observe(e locksmith.Event) {
+	u := le.u
+	if e.Dropped > 0 {
+		u.record(e.Time, slog.LevelWarn, "events_dropped", slog.Uint64("dropped", e.Dropped))
+	}
+	hold := slog.String("hold", e.Hold.String())
+	switch e.Kind {
+	case locksmith.EventObtain:
+		if e.Err == nil {
+			select {
+			case le.obtained <- e:
+			default: // nobody waits for it: a term given back at once after a signal
+			}
+		}
+	case locksmith.EventRenewal:
+		if e.Err != nil {
+			u.record(e.Time, slog.LevelWarn, "renewal_failed", hold, millis("held_ms", e.Held),
+				slog.String("class", e.Class.String()), slog.String("error", errText(e.Err)))
+		}
+	case locksmith.EventRelease:
+		switch {
+		case e.Hold == locksmith.HoldTerm:
+			// elect reports its resignations.
+		case e.Err == nil:
+			u.record(e.Time, slog.LevelInfo, "released", hold, millis("held_ms", e.Held))
+		default:
+			u.record(e.Time, slog.LevelWarn, "release_failed", hold, millis("held_ms", e.Held),
+				slog.String("class", e.Class.String()), slog.String("error", errText(e.Err)))
+		}
+	case locksmith.EventOnce:
+		if e.Once == locksmith.OnceRecorded {
+			u.record(e.Time, slog.LevelInfo, "recorded")
+		}
+	case locksmith.EventSubscriber:
+		switch {
+		case e.Conn == locksmith.ConnDown && !le.down:
+			le.down = true
+			u.record(e.Time, slog.LevelWarn, "subscriber_down", slog.String("error", errText(e.Err)))
+		case e.Conn == locksmith.ConnUp && le.down:
+			le.down = false
+			u.record(e.Time, slog.LevelInfo, "subscriber_up")
+		}
+	}
+}
+
+// awaitObtain returns the event of the obtain, started at start, that
+// has just succeeded, once the observer has it, and false if it does not
+// within eventWait. It drops the events of earlier obtains, which nobody
+// took.
+func (le *libraryEvents) awaitObtain(start time.Time) (locksmith.Event, bool) {
+	timer := time.NewTimer(eventWait)
+	defer timer.Stop()
+	for {
+		select {
+		case e := <-le.obtained:
+			if e.Time.Before(start) {
+				continue
+			}
+			return e, true
+		case <-timer.C:
+			return locksmith.Event{}, false
+		}
+	}
+}
+
+// obtainAttrs returns the attributes of the record of a hold obtained at
+// the end of a call that started at start, with ttl and, if fenced, fence.
+func (le *libraryEvents) obtainAttrs(start time.Time, ttl time.Duration, fence int64, fenced bool) []slog.Attr {
+	e, ok := le.awaitObtain(start)
+	waited := time.Since(start)
+	if ok {
+		waited = e.Waited
+	}
+	attrs := []slog.Attr{millis("waited_ms", waited)}
+	if ok {
+		attrs = append(attrs, slog.String("hold", e.Hold.String()), slog.Int("attempts", e.Attempts),
+			slog.Bool("handed_over", e.HandedOver))
+	}
+	attrs = append(attrs, millis("ttl_ms", ttl))
+	if fenced {
+		attrs = append(attrs, slog.Int64("fence", fence))
+	}
+	return attrs
+}
