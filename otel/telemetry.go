@@ -150,15 +150,15 @@ func (t *Telemetry) Tracer() locksmith.Tracer {
 	return tracer{t}
 }
 
-// withKey returns the measurement option of the precomputed attributes
-// base, with the key's attributes when WithKeyAttribute asked for them.
-func (t *Telemetry) withKey(base attribute.Set, pre metric.MeasurementOption, key string) metric.MeasurementOption {
+// withKey returns m, with the key's attributes added when
+// WithKeyAttribute asked for them.
+func (t *Telemetry) withKey(m measured, key string) measured {
 	if t.keyAttrs == nil {
-		return pre
+		return m
 	}
 	extra := t.keyAttrs(key)
 	if len(extra) == 0 {
-		return pre
+		return m
 	}
-	return metric.WithAttributes(append(base.ToSlice(), extra...)...)
+	return newMeasured(append(m.set.ToSlice(), extra...)...)
 }

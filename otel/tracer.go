@@ -27,17 +27,23 @@ type tracer struct{ t *Telemetry }
 // an obtaining call as active.
 func (tr tracer) Start(ctx context.Context, c locksmith.Call) context.Context {
 	t := tr.t
+	h := index(int(c.Hold), nHolds)
 	if c.Op == locksmith.OpObtain {
-		hs := t.sets.hold[index(int(c.Hold), nHolds)]
-		t.m.obtainActive.Add(ctx, 1, t.withKey(hs.set, hs.opt, c.Key))
+		t.m.obtainActive.Add(ctx, 1, t.withKey(t.sets.hold[h], c.Key).add...)
 	}
-	attrs := holdAttr(c.Hold)
+	opts := t.sets.spanStart[h]
 	if t.keyAttrs != nil {
-		attrs = append(attrs, t.keyAttrs(c.Key)...)
+		if extra := t.keyAttrs(c.Key); len(extra) > 0 {
+			opts = spanStartOptions(append(holdAttr(c.Hold), extra...))
+		}
 	}
-	ctx, _ = t.tracer.Start(ctx, spanNames[index(int(c.Op), len(spanNames))],
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, _ = t.tracer.Start(ctx, spanNames[index(int(c.Op), len(spanNames))], opts...)
 	return ctx
+}
+
+// spanStartOptions returns the options of a span with attrs.
+func spanStartOptions(attrs []attribute.KeyValue) []trace.SpanStartOption {
+	return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 }
 
 // End ends the call's span with its outcome. A call that failed gets an
@@ -69,7 +75,6 @@ func (tr tracer) End(ctx context.Context, c locksmith.Call, o locksmith.Outcome)
 	}
 	span.End()
 	if c.Op == locksmith.OpObtain {
-		hs := t.sets.hold[index(int(c.Hold), nHolds)]
-		t.m.obtainActive.Add(ctx, -1, t.withKey(hs.set, hs.opt, c.Key))
+		t.m.obtainActive.Add(ctx, -1, t.withKey(t.sets.hold[index(int(c.Hold), nHolds)], c.Key).add...)
 	}
 }
