@@ -230,7 +230,7 @@ type tries struct {
 func (l *Locker) obtained(key, prefix string, h Hold, start time.Time, tr tries, lk *Lock, err error) {
 	now := time.Now()
 	if lk != nil {
-		lk.obs = &lockObserver{ob: l.obs, tracer: l.tracer, acquired: now}
+		lk.obs = &lockObserver{l: l, acquired: now}
 	}
 	if l.obs != nil {
 		l.obs.emit(Event{Kind: EventObtain, Key: key, Prefix: prefix, Hold: h, Waited: now.Sub(start),
@@ -268,19 +268,21 @@ func (l *Locker) prefixOf(opts []Option) string {
 
 // lockObserver is what a Lock obtained by an observed or traced Locker
 // keeps for its events and its traced release.
+// (The Locker, rather than its observer and tracer: a pointer less keeps
+// it in the allocation size class it had before tracing.)
 type lockObserver struct {
-	ob       *observer // nil without an observer
-	tracer   Tracer    // nil without a tracer
+	l        *Locker   // the Locker that obtained the lock
 	acquired time.Time // when the lock was obtained
 }
 
 // lockEvent reports an event of kind k of lk, whose obs is set, if its
 // Locker has an observer.
 func (lk *Lock) lockEvent(k EventKind, err error) {
-	if lk.obs.ob == nil {
+	ob := lk.obs.l.obs
+	if ob == nil {
 		return
 	}
-	lk.obs.ob.emit(Event{Kind: k, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold, Held: time.Since(lk.obs.acquired),
+	ob.emit(Event{Kind: k, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold, Held: time.Since(lk.obs.acquired),
 		Err: err, Class: classOf(err)})
 }
 
