@@ -14,13 +14,13 @@ import "context"
 // a goroutine of its own, and also of what belongs to no call: renewals,
 // lost leases, pub/sub connections.
 //
-// Start is called before the call checks its arguments or sends
-// anything, with the caller's ctx; the call then uses the context Start
-// returns, which must be ctx or one derived from it (a nil one stands for
-// ctx), for every Redis command it sends and every wait. End is called
-// once the call is done, just before it returns, with the context Start
-// returned and the same Call. A call refused for its arguments or because
-// the Locker is closed is started and ended too, with its error.
+// Start is called before the call sends anything, with the caller's ctx;
+// the call then uses the context Start returns, which must be ctx or one
+// derived from it (a nil one stands for ctx), for every Redis command it
+// sends and every wait. End is called once the call is done, just before
+// it returns, with the context Start returned and the same Call. A call
+// refused for its arguments or because the Locker is closed is started
+// and ended too, at once, with its error.
 //
 // Both are called from every goroutine that calls the Locker, often at
 // once, and in the middle of a call: they must be safe for concurrent use,
