@@ -100,7 +100,35 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	// With a tracer that does nothing: the cost of the hook itself (the
+	// otel module's benchmark measures OpenTelemetry's).
+	nop := locksmith.WithTracer(nopTracer{})
+	b.Run("locksmith-traced", func(b *testing.B) {
+		l := newLocker(b, srv.Client(b), nop)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := obtainRelease(ctx, l, "bench:traced"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("withlock-traced", func(b *testing.B) {
+		l := newLocker(b, srv.Client(b), nop)
+		noop := func(context.Context) error { return nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.WithLock(ctx, "bench:withlock-traced", noop, locksmith.WithTTL(30*time.Second)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
+
+// nopTracer is a Tracer that does nothing.
+type nopTracer struct{}
+
+func (nopTracer) Start(ctx context.Context, _ locksmith.Call) context.Context { return ctx }
+func (nopTracer) End(context.Context, locksmith.Call, locksmith.Outcome)      {}
 
 func BenchmarkDistinctKeysParallel(b *testing.B) {
 	srv := redistest.New(b)

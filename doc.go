@@ -71,7 +71,12 @@
 // renewals, lost leases, Once's results and its pub/sub connection's
 // state. An observer runs on a goroutine of the Locker, behind a bounded
 // buffer, so it never slows locking down; SlogObserver writes the
-// notable events to a log/slog logger.
+// notable events to a log/slog logger. WithTracer makes it tell a Tracer,
+// on the caller's goroutine, when each call starts and ends, and run the
+// call's Redis commands in the context the Tracer returns, so that a span
+// opened there is their parent. The module
+// github.com/locksmith-go/locksmith/otel builds OpenTelemetry metrics and
+// spans on both.
 //
 // # Errors
 //

@@ -82,6 +82,9 @@ func (l *Locker) electionConfig(name string, opts []Option) (config, error) {
 	if err := checkKey(name); err != nil {
 		return config{}, err
 	}
+	if err := lockerOnly(opts); err != nil {
+		return config{}, err
+	}
 	cfg := l.cfg
 	cfg.retry = LinearBackoff(DefaultCampaignDelay)
 	cfg.fencing = true
@@ -139,17 +142,27 @@ func checkValue(value string) error {
 // ErrNotObtained; an invalid value (over 4096 bytes) matches
 // ErrInvalidArgument.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	sctx, s := e.l.span(ctx, Call{Op: OpObtain, Key: e.name, Prefix: e.cfg.prefix, Hold: HoldTerm})
+	t, tr, err := e.campaign(ctx, sctx, value)
+	s.end(Outcome{Err: err, Attempts: tr.attempts, HandedOver: tr.handedOver})
+	return t, err
+}
+
+// campaign is Campaign, whose commands use sctx, the context of its span
+// (ctx without a tracer); the term's context derives from ctx, since the
+// term outlives the span.
+func (e *Election) campaign(ctx, sctx context.Context, value string) (*Term, tries, error) {
 	if err := e.usable(); err != nil {
-		return nil, err
+		return nil, tries{}, err
 	}
 	if err := checkValue(value); err != nil {
-		return nil, err
+		return nil, tries{}, err
 	}
 	cfg := e.cfg
 	cfg.value = value
-	lk, tr, err := e.l.obtainReported(ctx, e.name, &cfg)
+	lk, tr, err := e.l.obtainObserved(sctx, e.name, &cfg)
 	if err != nil {
-		return nil, err
+		return nil, tr, err
 	}
 	t := &Term{Lock: lk, e: e, value: value}
 	// The renewal lasts until the term ends, whatever becomes of ctx;
@@ -161,9 +174,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 		// Tell observers at once: a lock taken while free is announced
 		// by nobody else (a handoff was announced by the release). A
 		// failure only delays them until they poll.
-		_ = e.l.store.news(ctx, lk.ref.channel.(string), newsMark+"leader")
+		_ = e.l.store.news(sctx, lk.ref.channel.(string), newsMark+"leader")
 	}
-	return t, nil
+	return t, tr, nil
 }
 
 // A Term is one leader's hold on an election, from Campaign's return

@@ -59,15 +59,18 @@ func newHoldAttempts(l *Locker, key string, cfg *config, kind holdKind) *holdAtt
 
 // acquireHold takes the hold a describes: one attempt when the strategy
 // gives no delay, otherwise waiting as Obtain does (see wait.go). It
-// reports the call to the observer, if there is one.
+// reports the call to the observer and the tracer, if there are any.
 func (l *Locker) acquireHold(ctx context.Context, a *holdAttempts) (*Lock, error) {
-	if l.obs == nil {
+	if !l.hooked() {
 		lk, _, err := l.acquireCounted(ctx, a)
 		return lk, err
 	}
+	h := a.kind.hold()
+	ctx, s := l.span(ctx, Call{Op: OpObtain, Key: a.key, Prefix: a.cfg.prefix, Hold: h})
 	start := time.Now()
 	lk, tr, err := l.acquireCounted(ctx, a)
-	l.obs.obtained(a.key, a.cfg.prefix, a.kind.hold(), start, tr, lk, err)
+	l.obtained(a.key, a.cfg.prefix, h, start, tr, lk, err)
+	s.end(Outcome{Err: err, Attempts: tr.attempts, HandedOver: tr.handedOver})
 	return lk, err
 }
 

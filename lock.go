@@ -156,11 +156,16 @@ func releaseOp(ctx context.Context, lk *Lock) (bool, error) {
 // finish ends the lock with op, which deletes the key if it still holds
 // the token and reports whether it did, as Release describes: renewal is
 // stopped first and resumed if op fails; verb names op in errors.
+// It reports the release to the observer and the tracer of the Locker
+// that obtained lk, if there are any.
 func (lk *Lock) finish(ctx context.Context, verb string, op func(context.Context, *Lock) (bool, error)) error {
-	err := lk.finishOnce(ctx, verb, op)
-	if lk.obs != nil {
-		lk.lockEvent(EventRelease, err)
+	if lk.obs == nil {
+		return lk.finishOnce(ctx, verb, op)
 	}
+	ctx, s := startSpan(ctx, lk.obs.l.tracer, Call{Op: OpRelease, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold})
+	err := lk.finishOnce(ctx, verb, op)
+	lk.lockEvent(EventRelease, err)
+	s.end(Outcome{Err: err})
 	return err
 }
 

@@ -47,7 +47,8 @@ type Locker struct {
 
 	boxes msBoxes // the last per-call TTLs, ready for go-redis
 
-	obs *observer // nil without WithObserver
+	obs    *observer // nil without WithObserver
+	tracer Tracer    // nil without WithTracer
 }
 
 // New returns a Locker that stores locks through client, with opts as the
@@ -100,10 +101,12 @@ func (l *Locker) usable() error {
 	return nil
 }
 
-// observe sets up the observer that opts give, if any (see WithObserver).
+// observe sets up the observer and the tracer that opts give, if any
+// (see WithObserver and WithTracer).
 func (l *Locker) observe(opts []Option) {
 	l.obs = observerOf(opts)
 	l.notify.obs = l.obs
+	l.tracer = tracerOf(opts)
 }
 
 // Close stops the Locker's background work and waits for it: the
@@ -152,10 +155,8 @@ func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, e
 		}
 		return l.cfg, nil
 	}
-	for _, o := range opts {
-		if o.kind == optObserver {
-			return config{}, fmt.Errorf("%w: WithObserver is an option of New, not of a single call", ErrInvalidArgument)
-		}
+	if err := lockerOnly(opts); err != nil {
+		return config{}, err
 	}
 	cfg := l.cfg
 	if err := cfg.apply(opts, &l.boxes); err != nil {
@@ -165,6 +166,20 @@ func (l *Locker) callConfigFor(key string, opts []Option, c callKind) (config, e
 		return config{}, err
 	}
 	return cfg, nil
+}
+
+// lockerOnly refuses, for a single call, the options that only New and
+// NewQuorum take.
+func lockerOnly(opts []Option) error {
+	for _, o := range opts {
+		switch o.kind {
+		case optObserver:
+			return fmt.Errorf("%w: WithObserver is an option of New, not of a single call", ErrInvalidArgument)
+		case optTracer:
+			return fmt.Errorf("%w: WithTracer is an option of New, not of a single call", ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // allows returns nil when a call u on key can be served: by its kind
@@ -213,14 +228,24 @@ func (l *Locker) queues(cfg *config) bool {
 // fails, its error is joined to the result, except, after a loss, an
 // error matching ErrNotHeld, which only repeats what the loss says.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	if l.tracing() {
+		return l.traced(ctx, Call{Op: OpWithLock, Key: key, Prefix: l.prefixOf(opts), Hold: HoldLock}, func(ctx context.Context) error {
+			return l.withLockChecked(ctx, key, fn, opts)
+		})
+	}
+	return l.withLockChecked(ctx, key, fn, opts)
+}
+
+// withLockChecked is WithLock, once traced.
+func (l *Locker) withLockChecked(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) error {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
-		l.refused(key, opts, HoldLock, err)
+		l.refused(ctx, key, opts, HoldLock, err)
 		return err
 	}
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {
-		l.refused(key, opts, HoldLock, err)
+		l.refused(ctx, key, opts, HoldLock, err)
 		return err
 	}
 	return l.withLock(ctx, key, &cfg, fn, nil)

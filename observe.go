@@ -1,6 +1,7 @@
 package locksmith
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -223,23 +224,34 @@ type tries struct {
 	handedOver bool
 }
 
-// obtained reports the end of an obtaining call for key that started at
-// start and returned lk or err; a hold it obtained is then observed too.
-func (ob *observer) obtained(key, prefix string, h Hold, start time.Time, tr tries, lk *Lock, err error) {
+// obtained reports to the observer, if there is one, the end of an
+// obtaining call for key that started at start and returned lk or err; a
+// hold it obtained is then observed, and traced, too.
+func (l *Locker) obtained(key, prefix string, h Hold, start time.Time, tr tries, lk *Lock, err error) {
 	now := time.Now()
 	if lk != nil {
-		lk.obs = &lockObserver{ob: ob, acquired: now}
+		lk.obs = &lockObserver{l: l, acquired: now}
 	}
-	ob.emit(Event{Kind: EventObtain, Key: key, Prefix: prefix, Hold: h, Waited: now.Sub(start),
-		Attempts: tr.attempts, HandedOver: tr.handedOver, Err: err, Class: classOf(err)})
+	if l.obs != nil {
+		l.obs.emit(Event{Kind: EventObtain, Key: key, Prefix: prefix, Hold: h, Waited: now.Sub(start),
+			Attempts: tr.attempts, HandedOver: tr.handedOver, Err: err, Class: classOf(err)})
+	}
 }
 
 // refused reports an obtaining call for key with opts refused for its
-// arguments, or because the Locker is closed, before it sent anything.
-func (l *Locker) refused(key string, opts []Option, h Hold, err error) {
-	if l.obs != nil {
-		l.obs.emit(Event{Kind: EventObtain, Key: key, Prefix: l.prefixOf(opts), Hold: h, Err: err, Class: classOf(err)})
+// arguments, or because the Locker is closed, before it sent anything:
+// to the observer as an EventObtain, and to the tracer as an OpObtain
+// started and ended at once, within ctx.
+func (l *Locker) refused(ctx context.Context, key string, opts []Option, h Hold, err error) {
+	if l.obs == nil && l.tracer == nil {
+		return
 	}
+	prefix := l.prefixOf(opts)
+	if l.obs != nil {
+		l.obs.emit(Event{Kind: EventObtain, Key: key, Prefix: prefix, Hold: h, Err: err, Class: classOf(err)})
+	}
+	_, s := l.span(ctx, Call{Op: OpObtain, Key: key, Prefix: prefix, Hold: h})
+	s.end(Outcome{Err: err})
 }
 
 // prefixOf returns the prefix of a call with opts, for its events: the
@@ -254,30 +266,43 @@ func (l *Locker) prefixOf(opts []Option) string {
 	return prefix
 }
 
-// lockObserver is what an observed Lock keeps for its events.
+// lockObserver is what a Lock obtained by an observed or traced Locker
+// keeps for its events and its traced release.
+// (The Locker, rather than its observer and tracer: a pointer less keeps
+// it in the allocation size class it had before tracing.)
 type lockObserver struct {
-	ob       *observer
+	l        *Locker   // the Locker that obtained the lock
 	acquired time.Time // when the lock was obtained
 }
 
-// lockEvent reports an event of kind k of an observed lock lk.
+// lockEvent reports an event of kind k of lk, whose obs is set, if its
+// Locker has an observer.
 func (lk *Lock) lockEvent(k EventKind, err error) {
-	lk.obs.ob.emit(Event{Kind: k, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold, Held: time.Since(lk.obs.acquired),
+	ob := lk.obs.l.obs
+	if ob == nil {
+		return
+	}
+	ob.emit(Event{Kind: k, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold, Held: time.Since(lk.obs.acquired),
 		Err: err, Class: classOf(err)})
 }
 
 // onceResult reports the result of a call of Once on key with opts.
 func (l *Locker) onceResult(key string, opts []Option, ran bool, err error) {
-	r := OnceSkipped
+	l.obs.emit(Event{Kind: EventOnce, Key: key, Prefix: l.prefixOf(opts), Once: onceResultOf(ran, err), Err: err, Class: classOf(err)})
+}
+
+// onceResultOf returns what a call of Once that returned ran and err
+// did.
+func onceResultOf(ran bool, err error) OnceResult {
 	switch {
 	case ran && err == nil:
-		r = OnceRecorded
+		return OnceRecorded
 	case ran:
-		r = OnceRan
+		return OnceRan
 	case err != nil:
-		r = OnceNotRun
+		return OnceNotRun
 	}
-	l.obs.emit(Event{Kind: EventOnce, Key: key, Prefix: l.prefixOf(opts), Once: r, Err: err, Class: classOf(err)})
+	return OnceSkipped
 }
 
 // Why a pub/sub connection was replaced, besides its own errors.

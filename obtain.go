@@ -53,27 +53,35 @@ import (
 func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {
-		l.refused(key, opts, HoldLock, err)
+		l.refused(ctx, key, opts, HoldLock, err)
 		return nil, err
 	}
 	return l.obtain(ctx, key, &cfg)
 }
 
 // obtain is Obtain once its options are resolved; WithLock and Once
-// share it. It reports the call to the observer, if there is one.
+// share it. It reports the call to the observer and the tracer, if there
+// are any.
 func (l *Locker) obtain(ctx context.Context, key string, cfg *config) (*Lock, error) {
-	lk, _, err := l.obtainReported(ctx, key, cfg)
+	if !l.hooked() {
+		lk, _, err := l.obtainCounted(ctx, key, cfg)
+		return lk, err
+	}
+	ctx, s := l.span(ctx, Call{Op: OpObtain, Key: key, Prefix: cfg.prefix, Hold: cfg.hold()})
+	lk, tr, err := l.obtainObserved(ctx, key, cfg)
+	s.end(Outcome{Err: err, Attempts: tr.attempts, HandedOver: tr.handedOver})
 	return lk, err
 }
 
-// obtainReported is obtain, and also returns what it tried.
-func (l *Locker) obtainReported(ctx context.Context, key string, cfg *config) (*Lock, tries, error) {
-	if l.obs == nil {
+// obtainObserved is obtain without its span (Campaign has its own), and
+// also returns what it tried.
+func (l *Locker) obtainObserved(ctx context.Context, key string, cfg *config) (*Lock, tries, error) {
+	if !l.hooked() {
 		return l.obtainCounted(ctx, key, cfg)
 	}
 	start := time.Now()
 	lk, tr, err := l.obtainCounted(ctx, key, cfg)
-	l.obs.obtained(key, cfg.prefix, cfg.hold(), start, tr, lk, err)
+	l.obtained(key, cfg.prefix, cfg.hold(), start, tr, lk, err)
 	return lk, tr, err
 }
 

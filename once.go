@@ -113,6 +113,30 @@ var errAlreadyDone = errors.New("locksmith: already done")
 // The record lives at Keys(key).Done, beside the lock and in its Redis
 // Cluster slot.
 func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (ran bool, err error) {
+	if l.tracing() {
+		return l.onceTraced(ctx, key, fn, opts)
+	}
+	return l.onceObserved(ctx, key, fn, opts)
+}
+
+// onceTraced is Once in a span.
+func (l *Locker) onceTraced(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran bool, err error) {
+	ctx, s := l.span(ctx, Call{Op: OpOnce, Key: key, Prefix: l.prefixOf(opts)})
+	panicked := true
+	defer func() {
+		o := Outcome{Err: err, Panicked: panicked}
+		if !panicked {
+			o.Once = onceResultOf(ran, err)
+		}
+		s.end(o)
+	}()
+	ran, err = l.onceObserved(ctx, key, fn, opts)
+	panicked = false
+	return ran, err
+}
+
+// onceObserved is Once, reported to the observer if there is one.
+func (l *Locker) onceObserved(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran bool, err error) {
 	ran, err = l.once(ctx, key, fn, opts)
 	if l.obs != nil {
 		l.onceResult(key, opts, ran, err)

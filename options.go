@@ -24,12 +24,13 @@ const DefaultTTL = 10 * time.Second
 // An invalid option is never silently clamped: the call that uses it returns
 // an error matching ErrInvalidArgument and sends nothing to Redis.
 type Option struct {
-	kind  optionKind
-	d     time.Duration
-	n     int
-	s     string
-	retry RetryStrategy
-	obs   Observer
+	kind   optionKind
+	d      time.Duration
+	n      int
+	s      string
+	retry  RetryStrategy
+	obs    Observer
+	tracer Tracer
 }
 
 // optionKind says which setting an Option carries.
@@ -47,6 +48,7 @@ const (
 	optReplicas
 	optDoneTTL
 	optObserver
+	optTracer
 )
 
 // apply applies one option to c.
@@ -112,6 +114,12 @@ func (o Option) apply(c *config) error {
 		// callConfigFor).
 		if o.obs == nil {
 			return fmt.Errorf("%w: observer is nil", ErrInvalidArgument)
+		}
+	case optTracer:
+		// Taken by New (see tracerOf); refused per call, as
+		// WithObserver is.
+		if o.tracer == nil {
+			return fmt.Errorf("%w: tracer is nil", ErrInvalidArgument)
 		}
 	default:
 		return fmt.Errorf("%w: the zero Option sets nothing; make options with the With functions", ErrInvalidArgument)

@@ -89,9 +89,19 @@ func (m *RWMutex) WithWriteLock(ctx context.Context, fn func(ctx context.Context
 }
 
 func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
+	if m != nil && m.l.tracing() {
+		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: kind.hold()}, func(ctx context.Context) error {
+			return m.withHold(ctx, fn, opts, kind)
+		})
+	}
+	return m.withHold(ctx, fn, opts, kind)
+}
+
+// withHold is with, once traced.
+func (m *RWMutex) withHold(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
-		m.refused(opts, kind, err)
+		m.refused(ctx, opts, kind, err)
 		return err
 	}
 	lk, err := m.obtain(ctx, opts, kind)
@@ -104,7 +114,7 @@ func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, 
 func (m *RWMutex) obtain(ctx context.Context, opts []Option, kind holdKind) (*Lock, error) {
 	cfg, err := m.config(opts)
 	if err != nil {
-		m.refused(opts, kind, err)
+		m.refused(ctx, opts, kind, err)
 		return nil, err
 	}
 	return m.l.acquireHold(ctx, newHoldAttempts(m.l, m.key, &cfg, kind))
@@ -112,9 +122,9 @@ func (m *RWMutex) obtain(ctx context.Context, opts []Option, kind holdKind) (*Lo
 
 // refused reports a call on m refused for its arguments (see
 // Locker.refused).
-func (m *RWMutex) refused(opts []Option, kind holdKind, err error) {
+func (m *RWMutex) refused(ctx context.Context, opts []Option, kind holdKind, err error) {
 	if m != nil && m.l != nil {
-		m.l.refused(m.key, opts, kind.hold(), err)
+		m.l.refused(ctx, m.key, opts, kind.hold(), err)
 	}
 }
 

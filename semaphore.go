@@ -76,7 +76,7 @@ func (s *Semaphore) Limit() int { return s.limit }
 func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) {
 	cfg, err := s.config(opts)
 	if err != nil {
-		s.refused(opts, err)
+		s.refused(ctx, opts, err)
 		return nil, err
 	}
 	return s.acquire(ctx, &cfg)
@@ -89,14 +89,24 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // panics. It returns fn's error, joined with an error matching
 // ErrLockLost when the permit was lost while fn ran.
 func (s *Semaphore) WithPermit(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
+	if s != nil && s.l.tracing() {
+		return s.l.traced(ctx, Call{Op: OpWithLock, Key: s.key, Prefix: s.l.prefixOf(opts), Hold: HoldPermit}, func(ctx context.Context) error {
+			return s.withPermit(ctx, fn, opts)
+		})
+	}
+	return s.withPermit(ctx, fn, opts)
+}
+
+// withPermit is WithPermit, once traced.
+func (s *Semaphore) withPermit(ctx context.Context, fn func(ctx context.Context) error, opts []Option) error {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
-		s.refused(opts, err)
+		s.refused(ctx, opts, err)
 		return err
 	}
 	cfg, err := s.config(opts)
 	if err != nil {
-		s.refused(opts, err)
+		s.refused(ctx, opts, err)
 		return err
 	}
 	lk, err := s.acquire(ctx, &cfg)
@@ -119,9 +129,9 @@ func (s *Semaphore) config(opts []Option) (config, error) {
 
 // refused reports a call on s refused for its arguments (see
 // Locker.refused).
-func (s *Semaphore) refused(opts []Option, err error) {
+func (s *Semaphore) refused(ctx context.Context, opts []Option, err error) {
 	if s != nil && s.l != nil {
-		s.l.refused(s.key, opts, HoldPermit, err)
+		s.l.refused(ctx, s.key, opts, HoldPermit, err)
 	}
 }
 

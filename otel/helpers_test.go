@@ -1,0 +1,186 @@
+package locksmithotel_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/leakcheck"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+	locksmithotel "github.com/locksmith-go/locksmith/otel"
+)
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{})
+	code := m.Run()
+	redistest.StopShared()
+	os.Exit(leakcheck.After(code))
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// A rig is a Telemetry whose metrics and spans the test can read.
+type rig struct {
+	tel    *locksmithotel.Telemetry
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+}
+
+// newRig returns a Telemetry on SDK providers of its own, with opts.
+func newRig(t *testing.T, opts ...locksmithotel.Option) *rig {
+	t.Helper()
+	r := &rig{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
+	t.Cleanup(func() { _ = r.tp.Shutdown(context.Background()) })
+	tel, err := locksmithotel.New(append([]locksmithotel.Option{
+		locksmithotel.WithMeterProvider(mp), locksmithotel.WithTracerProvider(r.tp)}, opts...)...)
+	require.NoError(t, err)
+	r.tel = tel
+	return r
+}
+
+// locker returns a Locker that reports to r, closed when t ends.
+func (r *rig) locker(t *testing.T, client redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
+	t.Helper()
+	l := locksmith.New(client, append(opts, r.tel.Options()...)...)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// A point is what one data point holds: a sum's value, or a histogram's
+// count and sum.
+type point struct {
+	value int64
+	count uint64
+	sum   float64
+}
+
+// metrics collects r's metrics: for each name, the points by their
+// attributes, written as "k=v,k=v" in key order ("" for none).
+func (r *rig) metrics(t *testing.T) map[string]map[string]point {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.reader.Collect(context.Background(), &rm))
+	out := make(map[string]map[string]point)
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(t, locksmithotel.ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			pts := make(map[string]point)
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					pts[attrs(p.Attributes)] = point{value: p.Value}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					pts[attrs(p.Attributes)] = point{count: p.Count, sum: p.Sum}
+				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					pts[attrs(p.Attributes)] = point{count: p.Count, sum: float64(p.Sum)}
+				}
+			default:
+				t.Fatalf("metric %s has data of type %T", m.Name, m.Data)
+			}
+			out[m.Name] = pts
+		}
+	}
+	return out
+}
+
+func attrs(s attribute.Set) string {
+	var parts []string
+	for _, kv := range s.ToSlice() {
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// describeMetrics lists ms, for failure messages.
+func describeMetrics(ms map[string]map[string]point) string {
+	var lines []string
+	for name, pts := range ms {
+		for a, p := range pts {
+			lines = append(lines, fmt.Sprintf("%s{%s} value=%d count=%d sum=%g", name, a, p.value, p.count, p.sum))
+		}
+	}
+	sort.Strings(lines)
+	return "\n  " + strings.Join(lines, "\n  ")
+}
+
+// waitMetric waits until the point of metric name with attributes a
+// satisfies ok, and returns it.
+func (r *rig) waitMetric(t *testing.T, name, a string, ok func(point) bool) point {
+	t.Helper()
+	var got point
+	var last map[string]map[string]point
+	eventually(t, 5*time.Second, func() bool {
+		last = r.metrics(t)
+		p, found := last[name][a]
+		got = p
+		return found && ok(p)
+	}, func() string { return fmt.Sprintf("%s{%s}; metrics: %s", name, a, describeMetrics(last)) })
+	return got
+}
+
+// count accepts a histogram point of n measurements.
+func count(n uint64) func(point) bool { return func(p point) bool { return p.count == n } }
+
+// value accepts a sum point of value v.
+func value(v int64) func(point) bool { return func(p point) bool { return p.value == v } }
+
+// eventually fails t unless cond becomes true within d, polling.
+func eventually(t *testing.T, d time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ended returns the spans ended so far with name.
+func (r *rig) ended(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range r.spans.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// spanAttrs returns the attributes of s as a map.
+func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value)
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// uniqueKey returns a key no other test uses, even on a shared server.
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("otel:%s:%d", t.Name(), time.Now().UnixNano())
+}
