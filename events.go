@@ -40,7 +40,12 @@ type Event struct {
 	Attempts int
 	// HandedOver is set on an EventObtain whose lock was handed over by
 	// its holder's release to this waiting call (see Obtain), rather than
-	// taken by an attempt.
+	// taken by an attempt: whether the call heard the release's
+	// announcement or found the lock its own at its next attempt (a
+	// Locker that cannot subscribe, or an announcement still on its way).
+	// In a rare case it is set for a lock taken, not handed over: a
+	// waiting attempt that took a free lock, lost its reply and was sent
+	// again by the client finds the lock its own too.
 	HandedOver bool
 	// Held is how long the lock was held, from its Obtain until this
 	// event: EventRelease, EventRenewal and EventLeaseLost.

@@ -211,6 +211,33 @@ func TestObserverHandoffAndSubscriber(t *testing.T) {
 	})
 }
 
+// A waiter that cannot hear announcements (its user may not subscribe)
+// finds the lock handed over by its next attempt: HandedOver is set all
+// the same, since the release gave it the lock.
+func TestObserverHandedOverUnheard(t *testing.T) {
+	srv := redistest.New(t)
+	client, admin := aclUser(t, srv, "~locksmith:*", "resetchannels", "+@all", "-@dangerous")
+	ctx := t.Context()
+	key := uniqueKey(t)
+	holder, err := newLocker(t, admin, locksmith.WithPrefix("locksmith:")).Obtain(ctx, key, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	l, rec := observed(t, client, locksmith.WithPrefix("locksmith:"))
+	got := obtainInBackground(ctx, l, nil, key, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
+	k, err := l.Keys(key)
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the waiter queued")
+	require.NoError(t, holder.Release(ctx))
+	res := receive(t, got, "waiter")
+	require.NoError(t, res.err)
+	ev := rec.waitFor(t, "obtained", kindKey(locksmith.EventObtain, key))
+	require.NoError(t, ev.Err)
+	require.True(t, ev.HandedOver, "HandedOver of a lock handed over unheard")
+	require.GreaterOrEqual(t, ev.Attempts, 2, "the first attempt queued, a later one found the lock handed over")
+	_, heard := rec.find(func(e locksmith.Event) bool { return e.Kind == locksmith.EventSubscriber && e.Conn == locksmith.ConnUp })
+	require.False(t, heard, "the waiter's user may not subscribe: it heard nothing")
+	require.NoError(t, res.lk.Release(ctx))
+}
+
 // A subscriber whose connection is killed reports it down, replaced and
 // up again; the waiter still gets the lock.
 func TestObserverSubscriberDown(t *testing.T) {

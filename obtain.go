@@ -202,7 +202,7 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 		deleteIfOwned(ctx, lk)
 		return nil, acquireRes{cleaned: true}, notObtained(ctx, key)
 	}
-	return lk, acquireRes{ok: true, more: res.more}, nil
+	return lk, acquireRes{ok: true, more: res.more, mine: res.mine}, nil
 }
 
 // newLock makes the handle of an acquisition of rkey with token.

@@ -15,7 +15,9 @@
 -- earlier delivery of this same call took it (a client that resends a
 -- command after a dropped connection must not be told that it lost to
 -- itself), or a release handed it over. The TTL is then set again, so that
--- it runs from this call. Otherwise returns -2 - the holder's remaining TTL
+-- it runs from this call; and when the caller was queued, the token comes
+-- in a table of one, so that its Locker can tell that the lock was handed
+-- over (or, rarely, taken by an earlier delivery of the same call). Otherwise returns -2 - the holder's remaining TTL
 -- in ms, which is -1 when the key has no expiry, so that one integer reply
 -- carries both; when the caller was queued, that number and the holder's
 -- token, so that its Locker can tell that the lock was handed to another
@@ -69,6 +71,11 @@ end
 local holder = redis.call('get', lock_key)
 if holder == ARGV[1] then
   redis.call('pexpire', lock_key, ARGV[2])
+  if queue_key then
+    -- Queued, this is most likely a handoff whose announcement the
+    -- caller has not heard: say so, for its Event.HandedOver.
+    return {won(false)}
+  end
   return won(false)
 end
 if queue_key then

@@ -84,6 +84,11 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 	case int64:
 		return acquireRes{ok: true, fence: v}, nil
 	case []any:
+		if len(v) == 1 {
+			if fence, ok := v[0].(int64); ok && fence >= 0 {
+				return acquireRes{ok: true, fence: fence, mine: true}, nil
+			}
+		}
 		if len(v) == 2 {
 			res, ok1 := v[0].(int64)
 			holder, ok2 := v[1].(string)

@@ -311,6 +311,11 @@ type acquireRes struct {
 	acked     int
 	holderTTL time.Duration
 	holder    string
+	// mine is set, with ok, when a queued attempt found the lock holding
+	// the caller's token already: a release handed it over and the
+	// caller had not heard the announcement yet (or, rarely, an earlier
+	// delivery of the same attempt took it).
+	mine bool
 	// cleaned is set, with an error, when the attempt's token was already
 	// deleted from the lock and the queue (see deleteIfOwned), so that
 	// nothing need withdraw it again.
