@@ -19,6 +19,10 @@ import (
 // time, in the order the events were emitted, never from a goroutine that
 // obtains, renews or releases a lock, nor from the one that reads release
 // announcements: a slow Observe delays only later events. Events are
+// delivered in batches, about a millisecond apart while they keep coming,
+// so that observing adds no wake-up to the calls that emit them: an event
+// reaches Observe within about a millisecond of its Time, plus the time
+// Observe takes with the events before it. Events are
 // buffered (1024 of them); when the buffer is full, new events are
 // dropped and counted (see Event.Dropped and Locker.ObserverStats), so
 // locking never waits for an observer. A panic in Observe is recovered
@@ -165,24 +169,48 @@ func (ob *observer) start() {
 	go ob.run(ob.ch, ob.stop, ob.done)
 }
 
+// observerLinger is how long the delivering goroutine lets events gather
+// after delivering a batch, before it waits for the next one: woken for
+// every event, it would cost each obtain and release a wake-up of its own
+// (on two cores, about a third more time per Obtain+Release in the
+// benchmark), and batched it costs them none.
+const observerLinger = time.Millisecond
+
 // run delivers the events of ch until stop is closed, and then those left
-// in ch.
+// in ch. Once woken by an event, it delivers every event buffered, then
+// lets more gather for observerLinger (unless stop is closed meanwhile)
+// before it waits again.
 func (ob *observer) run(ch <-chan Event, stop, done chan struct{}) {
 	defer close(done)
+	linger := time.NewTimer(observerLinger)
+	linger.Stop()
 	for {
 		select {
 		case e := <-ch:
 			ob.deliver(e)
+			ob.deliverBuffered(ch)
+			linger.Reset(observerLinger)
+			select {
+			case <-linger.C:
+			case <-stop:
+				linger.Stop()
+			}
 		case <-stop:
 			// close holds no emit out any more: what ch holds is all.
-			for {
-				select {
-				case e := <-ch:
-					ob.deliver(e)
-				default:
-					return
-				}
-			}
+			ob.deliverBuffered(ch)
+			return
+		}
+	}
+}
+
+// deliverBuffered delivers the events ch holds, without waiting for more.
+func (ob *observer) deliverBuffered(ch <-chan Event) {
+	for {
+		select {
+		case e := <-ch:
+			ob.deliver(e)
+		default:
+			return
 		}
 	}
 }
