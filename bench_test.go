@@ -231,3 +231,46 @@ func BenchmarkTryOnceTaken(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFanOut is the floor under a quorum's round trip on this
+// machine: one GET to one server, one GET to each of three servers at
+// once (from three goroutines, as a quorum asks its masters), and three
+// GETs in turn. Where the second is close to the third (two vCPUs, the
+// servers and the client waking one another), no quorum of three can
+// come near one server's rate.
+func BenchmarkFanOut(b *testing.B) {
+	ctx := context.Background()
+	var clients []*redis.Client
+	for range 3 {
+		clients = append(clients, redistest.New(b).Client(b))
+	}
+	b.Run("one", func(b *testing.B) {
+		for b.Loop() {
+			if err := clients[0].Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("three-at-once", func(b *testing.B) {
+		errs := make(chan error, len(clients))
+		for b.Loop() {
+			for _, c := range clients {
+				go func() { errs <- c.Get(ctx, "k").Err() }()
+			}
+			for range clients {
+				if err := <-errs; !errors.Is(err, redis.Nil) {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("three-in-turn", func(b *testing.B) {
+		for b.Loop() {
+			for _, c := range clients {
+				if err := c.Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
