@@ -192,9 +192,15 @@ const (
 	ClassNoPermission                    // ErrNoPermission
 	ClassNotReplicated                   // ErrNotReplicated
 	ClassRedis                           // anything else: Redis failed, or could not be reached
+	// ClassFunction: the function given to WithLock (or its kin) or Once
+	// returned the error, and it matches none of the sentinels above.
+	// Only Outcome.Class of an OpWithLock or OpOnce and Event.Class of
+	// an EventOnce are set to it; ClassOf, which sees only the error,
+	// returns ClassRedis for such an error.
+	ClassFunction
 )
 
-var classNames = [...]string{"", "not-obtained", "not-held", "lost", "closed", "invalid", "no-permission", "not-replicated", "redis-error"}
+var classNames = [...]string{"", "not-obtained", "not-held", "lost", "closed", "invalid", "no-permission", "not-replicated", "redis-error", "function-error"}
 
 // String returns the class's name in lower case, such as "redis-error";
 // ClassNone's is "".

@@ -229,9 +229,10 @@ func (l *Locker) queues(cfg *config) bool {
 // error matching ErrNotHeld, which only repeats what the loss says.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	if l.tracing() {
-		return l.traced(ctx, Call{Op: OpWithLock, Key: key, Prefix: l.prefixOf(opts), Hold: HoldLock}, func(ctx context.Context) error {
-			return l.withLockChecked(ctx, key, fn, opts)
-		})
+		return l.traced(ctx, Call{Op: OpWithLock, Key: key, Prefix: l.prefixOf(opts), Hold: HoldLock}, fn,
+			func(ctx context.Context, fn func(ctx context.Context) error) error {
+				return l.withLockChecked(ctx, key, fn, opts)
+			})
 	}
 	return l.withLockChecked(ctx, key, fn, opts)
 }

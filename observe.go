@@ -315,8 +315,9 @@ func (lk *Lock) lockEvent(k EventKind, err error) {
 }
 
 // onceResult reports the result of a call of Once on key with opts.
-func (l *Locker) onceResult(key string, opts []Option, ran bool, err error) {
-	l.obs.emit(Event{Kind: EventOnce, Key: key, Prefix: l.prefixOf(opts), Once: onceResultOf(ran, err), Err: err, Class: classOf(err)})
+func (l *Locker) onceResult(key string, opts []Option, ran, failed bool, err error) {
+	l.obs.emit(Event{Kind: EventOnce, Key: key, Prefix: l.prefixOf(opts), Once: onceResultOf(ran, err), Err: err,
+		Class: callClass(err, failed)})
 }
 
 // onceResultOf returns what a call of Once that returned ran and err

@@ -104,6 +104,8 @@ func (s *slogObserver) classify(e Event) (slog.Level, string) {
 			return slog.LevelError, "locksmith: once: refused: invalid argument"
 		case e.Once == OnceNotRun:
 			return slog.LevelWarn, "locksmith: once: not run"
+		case e.Class == ClassFunction:
+			return slog.LevelWarn, "locksmith: once: ran and failed; not recorded"
 		}
 		return slog.LevelWarn, "locksmith: once: ran but not recorded"
 	case EventSubscriber:

@@ -49,6 +49,7 @@ func TestSlogObserverLevels(t *testing.T) {
 		{"once skipped", locksmith.Event{Kind: locksmith.EventOnce, Key: "k", Once: locksmith.OnceSkipped}, "INFO", "locksmith: once: skipped, already done"},
 		{"once recorded", locksmith.Event{Kind: locksmith.EventOnce, Key: "k", Once: locksmith.OnceRecorded}, "INFO", "locksmith: once: ran and recorded"},
 		{"once ran", locksmith.Event{Kind: locksmith.EventOnce, Key: "k", Once: locksmith.OnceRan, Err: errRedis, Class: locksmith.ClassRedis}, "WARN", "locksmith: once: ran but not recorded"},
+		{"once ran and failed", locksmith.Event{Kind: locksmith.EventOnce, Key: "k", Once: locksmith.OnceRan, Err: errors.New("job failed"), Class: locksmith.ClassFunction}, "WARN", "locksmith: once: ran and failed; not recorded"},
 		{"once held elsewhere", locksmith.Event{Kind: locksmith.EventOnce, Key: "k", Once: locksmith.OnceNotRun, Err: locksmith.ErrNotObtained, Class: locksmith.ClassNotObtained}, "INFO", "locksmith: once: not run, the lock is held elsewhere"},
 		{"once failed", locksmith.Event{Kind: locksmith.EventOnce, Key: "k", Once: locksmith.OnceNotRun, Err: errRedis, Class: locksmith.ClassRedis}, "WARN", "locksmith: once: not run"},
 		{"conn up", locksmith.Event{Kind: locksmith.EventSubscriber, Conn: locksmith.ConnUp, Attempts: 1}, "DEBUG", "locksmith: pub/sub connection up"},

@@ -339,7 +339,8 @@ func TestObserverOnce(t *testing.T) {
 	require.ErrorIs(t, err, errJob)
 	ran := rec.waitFor(t, "ran, failed", onceOf(key, locksmith.OnceRan))
 	require.ErrorIs(t, ran.Err, errJob)
-	require.Equal(t, locksmith.ClassRedis, ran.Class, "fn's own error matches no sentinel")
+	require.Equal(t, locksmith.ClassFunction, ran.Class, "fn's own error is the function's, not Redis's")
+	require.Equal(t, "function-error", ran.Class.String())
 
 	_, err = l.Once(ctx, key, func(context.Context) error { return nil })
 	require.NoError(t, err)

@@ -116,55 +116,59 @@ func (l *Locker) Once(ctx context.Context, key string, fn func(ctx context.Conte
 	if l.tracing() {
 		return l.onceTraced(ctx, key, fn, opts)
 	}
-	return l.onceObserved(ctx, key, fn, opts)
+	ran, _, err = l.onceObserved(ctx, key, fn, opts)
+	return ran, err
 }
 
 // onceTraced is Once in a span.
 func (l *Locker) onceTraced(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran bool, err error) {
 	ctx, s := l.span(ctx, Call{Op: OpOnce, Key: key, Prefix: l.prefixOf(opts)})
 	panicked := true
+	failed := false
 	defer func() {
-		o := Outcome{Err: err, Panicked: panicked}
+		o := Outcome{Err: err, Class: callClass(err, failed), Panicked: panicked}
 		if !panicked {
 			o.Once = onceResultOf(ran, err)
 		}
 		s.end(o)
 	}()
-	ran, err = l.onceObserved(ctx, key, fn, opts)
+	ran, failed, err = l.onceObserved(ctx, key, fn, opts)
 	panicked = false
 	return ran, err
 }
 
-// onceObserved is Once, reported to the observer if there is one.
-func (l *Locker) onceObserved(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran bool, err error) {
-	ran, err = l.once(ctx, key, fn, opts)
+// onceObserved is Once, reported to the observer if there is one; failed
+// says whether fn returned an error.
+func (l *Locker) onceObserved(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran, failed bool, err error) {
+	ran, failed, err = l.once(ctx, key, fn, opts)
 	if l.obs != nil {
-		l.onceResult(key, opts, ran, err)
+		l.onceResult(key, opts, ran, failed, err)
 	}
-	return ran, err
+	return ran, failed, err
 }
 
-func (l *Locker) once(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran bool, err error) {
+// once is Once; failed says whether fn returned an error.
+func (l *Locker) once(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (ran, failed bool, err error) {
 	if fn == nil {
-		return false, fmt.Errorf("%w: nil function", ErrInvalidArgument)
+		return false, false, fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
 	cfg, st, doneKey, err := l.onceConfig(key, opts)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if ctx.Err() != nil {
-		return false, notObtained(ctx, key)
+		return false, false, notObtained(ctx, key)
 	}
 	if err := l.verify(ctx, &cfg, key, needOnce); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if _, done, err := st.record(ctx, doneKey); err != nil {
 		if ctx.Err() != nil {
-			return false, notObtained(ctx, key)
+			return false, false, notObtained(ctx, key)
 		}
-		return false, fmt.Errorf("locksmith: read completion record of %q: %w", key, err)
+		return false, false, fmt.Errorf("locksmith: read completion record of %q: %w", key, err)
 	} else if done {
-		return false, nil
+		return false, false, nil
 	}
 	err = l.withLock(ctx, key, &cfg, func(ctx context.Context) error {
 		if _, done, err := st.record(ctx, doneKey); err != nil {
@@ -173,7 +177,9 @@ func (l *Locker) once(ctx context.Context, key string, fn func(ctx context.Conte
 			return errAlreadyDone
 		}
 		ran = true
-		return fn(ctx)
+		err := fn(ctx)
+		failed = err != nil
+		return err
 	}, func(ctx context.Context, lk *Lock) error {
 		record, err := json.Marshal(completionRecord{
 			CompletedAt: time.Now().UTC(),
@@ -188,9 +194,9 @@ func (l *Locker) once(ctx context.Context, key string, fn func(ctx context.Conte
 	})
 	if errors.Is(err, errAlreadyDone) {
 		// Whatever happened to the lock since, the job is done.
-		return false, nil
+		return false, false, nil
 	}
-	return ran, err
+	return ran, failed, err
 }
 
 // Completed returns the completion record Once keeps for key, for status pages

@@ -90,9 +90,10 @@ func (m *RWMutex) WithWriteLock(ctx context.Context, fn func(ctx context.Context
 
 func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
 	if m != nil && m.l.tracing() {
-		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: kind.hold()}, func(ctx context.Context) error {
-			return m.withHold(ctx, fn, opts, kind)
-		})
+		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: kind.hold()}, fn,
+			func(ctx context.Context, fn func(ctx context.Context) error) error {
+				return m.withHold(ctx, fn, opts, kind)
+			})
 	}
 	return m.withHold(ctx, fn, opts, kind)
 }

@@ -90,9 +90,10 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // ErrLockLost when the permit was lost while fn ran.
 func (s *Semaphore) WithPermit(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	if s != nil && s.l.tracing() {
-		return s.l.traced(ctx, Call{Op: OpWithLock, Key: s.key, Prefix: s.l.prefixOf(opts), Hold: HoldPermit}, func(ctx context.Context) error {
-			return s.withPermit(ctx, fn, opts)
-		})
+		return s.l.traced(ctx, Call{Op: OpWithLock, Key: s.key, Prefix: s.l.prefixOf(opts), Hold: HoldPermit}, fn,
+			func(ctx context.Context, fn func(ctx context.Context) error) error {
+				return s.withPermit(ctx, fn, opts)
+			})
 	}
 	return s.withPermit(ctx, fn, opts)
 }

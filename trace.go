@@ -173,12 +173,14 @@ func safeStart(ctx context.Context, t Tracer, c Call) (out context.Context, ok b
 	return out, true
 }
 
-// end ends the traced call with o, whose Class it sets.
+// end ends the traced call with o, whose Class it sets unless it is set.
 func (s span) end(o Outcome) {
 	if s.t == nil {
 		return
 	}
-	o.Class = classOf(o.Err)
+	if o.Class == ClassNone {
+		o.Class = classOf(o.Err)
+	}
 	defer func() {
 		// A panic of End is dropped. (This recovers nothing else: a
 		// panic of the traced function that unwinds through the caller
@@ -202,13 +204,35 @@ func (l *Locker) tracing() bool { return l != nil && l.tracer != nil }
 // hooked reports whether l has an observer or a tracer.
 func (l *Locker) hooked() bool { return l.obs != nil || l.tracer != nil }
 
-// traced runs call, a call described by c that runs a function (an
-// OpWithLock), in a span.
-func (l *Locker) traced(ctx context.Context, c Call, call func(ctx context.Context) error) (err error) {
+// traced runs call with fn, a call described by c that runs fn (an
+// OpWithLock), in a span. call gets fn wrapped, so that the outcome can
+// tell fn's failure from the lock's (see callClass); a nil fn is passed
+// on as it is, for call to refuse.
+func (l *Locker) traced(ctx context.Context, c Call, fn func(ctx context.Context) error,
+	call func(ctx context.Context, fn func(ctx context.Context) error) error) (err error) {
 	ctx, s := l.span(ctx, c)
-	panicked := true
-	defer func() { s.end(Outcome{Err: err, Panicked: panicked}) }()
-	err = call(ctx)
+	panicked, failed := true, false
+	defer func() { s.end(Outcome{Err: err, Class: callClass(err, failed), Panicked: panicked}) }()
+	if inner := fn; inner != nil {
+		fn = func(ctx context.Context) error {
+			err := inner(ctx)
+			failed = err != nil
+			return err
+		}
+	}
+	err = call(ctx, fn)
 	panicked = false
 	return err
+}
+
+// callClass returns the class of err, returned by a call whose function
+// failed if failed is set: ClassFunction when err matches none of the
+// package's sentinels (a lost lock, say, is ClassLost whatever the
+// function returned), otherwise as classOf.
+func callClass(err error, failed bool) ErrorClass {
+	c := classOf(err)
+	if failed && c == ClassRedis {
+		return ClassFunction
+	}
+	return c
 }

@@ -347,7 +347,29 @@ func TestTracerWithLock(t *testing.T) {
 		spans = rec.all(t)
 		require.Len(t, spans, 3, describeSpans(spans))
 		require.ErrorIs(t, spans[0].out.Err, errJob)
-		require.Equal(t, locksmith.ClassRedis, spans[0].out.Class)
+		require.Equal(t, locksmith.ClassFunction, spans[0].out.Class, "fn's own error is the function's, not Redis's")
+		require.Equal(t, locksmith.ClassNone, spans[2].out.Class, "the release after it succeeded")
+
+		// A lock lost while fn ran says more than fn's error.
+		keys, err := l.Keys(key)
+		require.NoError(t, err)
+		admin := b.client(t)
+		rec.reset()
+		err = l.WithLock(ctx, key, func(ctx context.Context) error {
+			require.NoError(t, admin.Del(ctx, keys.Lock).Err())
+			return errJob
+		})
+		require.ErrorIs(t, err, errJob)
+		spans = rec.all(t)
+		require.Len(t, spans, 3, describeSpans(spans))
+		if errors.Is(err, locksmith.ErrLockLost) {
+			require.Equal(t, locksmith.ClassLost, spans[0].out.Class)
+		} else {
+			// The loss was not noticed before fn returned: the release
+			// found the lock gone.
+			require.ErrorIs(t, err, locksmith.ErrNotHeld)
+			require.Equal(t, locksmith.ClassNotHeld, spans[0].out.Class)
+		}
 
 		// A panic goes on, after the release and the end of the span.
 		rec.reset()
@@ -392,6 +414,17 @@ func TestTracerOnce(t *testing.T) {
 		requireSpans(t, spans, key, spanWant{op: locksmith.OpOnce})
 		require.Equal(t, locksmith.OnceSkipped, spans[0].out.Once)
 		requireCommandsIn(t, hook.take(), spans[0].id, "a skipped Once")
+
+		// A job that fails: the function's error.
+		rec.reset()
+		errJob := errors.New("job failed")
+		ran, err = l.Once(ctx, uniqueKey(t), func(context.Context) error { return errJob })
+		require.ErrorIs(t, err, errJob)
+		require.True(t, ran)
+		spans = rec.all(t)
+		require.Len(t, spans, 3, describeSpans(spans))
+		require.Equal(t, locksmith.OnceRan, spans[0].out.Once)
+		require.Equal(t, locksmith.ClassFunction, spans[0].out.Class)
 	})
 }
 

@@ -86,7 +86,7 @@ func (m *instruments) create(meter metric.Meter) error {
 // The numbers of values of the library's enumerations, zero included.
 const (
 	nHolds   = int(locksmith.HoldTerm) + 1
-	nClasses = int(locksmith.ClassRedis) + 1
+	nClasses = int(locksmith.ClassFunction) + 1
 	nOnces   = int(locksmith.OnceNotRun) + 1
 	nStates  = int(locksmith.ConnClosed) + 1
 )

@@ -243,8 +243,8 @@ func TestSpansParentRedisCommands(t *testing.T) {
 	require.Len(t, withLock, 1)
 	require.False(t, withLock[0].Parent().IsValid())
 	require.Equal(t, codes.Error, withLock[0].Status().Code)
-	require.Equal(t, "redis-error", spanAttrs(withLock[0])[locksmithotel.OutcomeKey].AsString(),
-		"fn's own error is in no class of the library's")
+	require.Equal(t, "function-error", spanAttrs(withLock[0])[locksmithotel.OutcomeKey].AsString(),
+		"fn's own error is the function's, not Redis's")
 
 	var redisUnder = map[string]int{}
 	for _, s := range spans {
