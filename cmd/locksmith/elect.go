@@ -133,7 +133,7 @@ func (u *ui) elect(args []string) (code int) {
 	var events *libraryEvents
 	if u.log != nil && !f.observe {
 		events = newLibraryEvents(u)
-		opts = append(opts, locksmith.WithObserver(events))
+		opts = append(opts, locksmith.WithObserver(events), locksmith.WithTracer(events))
 	}
 	locker := locksmith.New(client, opts...)
 	defer locker.Close()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/locksmith-go/locksmith"
@@ -23,14 +24,6 @@ const (
 	logText = "text"
 	logJSON = "json"
 )
-
-// eventWait bounds how long run and elect wait for the Locker's observer
-// to deliver the event of an obtain they made (see libraryEvents), so
-// that its record comes before those that follow it. The event is emitted
-// before the call returns and delivered by one goroutine at once, so the
-// bound only matters if the event was dropped, which takes 1024 events
-// waiting: it is never reached in practice.
-const eventWait = time.Second
 
 // startLog sets up the JSON log when format asks for one: every message to
 // stderr is then a record, with key among its attributes when it is not
@@ -120,22 +113,47 @@ func millis(name string, d time.Duration) slog.Attr {
 	return slog.Int64(name, d.Milliseconds())
 }
 
-// libraryEvents is the Locker's observer in JSON mode. It writes a record
-// for what the library does behind run's back (a failed renewal, the
-// release at the end of WithLock, a success recorded by Once, the pub/sub
-// connection going down and coming back) and passes each successful
-// obtain on to the goroutine that made the call (see awaitObtain), which
-// writes the record of it with what only it knows (the fencing token).
-// Lost leases are reported by the supervisor, which stops COMMAND, and
-// resignations by elect, which makes them.
+// libraryEvents is the Locker's observer and tracer in JSON mode. As
+// observer, it writes a record for what the library does behind run's
+// back (a failed renewal, the release at the end of WithLock, a success
+// recorded by Once, the pub/sub connection going down and coming back).
+// As tracer, it keeps what the last successful obtain tried (see End),
+// which the goroutine that made the call puts in the record of it, with
+// what only that goroutine knows (the fencing token). Lost leases are
+// reported by the supervisor, which stops COMMAND, and resignations by
+// elect, which makes them.
 type libraryEvents struct {
-	u        *ui
-	obtained chan locksmith.Event // successful obtains; never closed
-	down     bool                 // a pub/sub connection was reported down; only Observe uses it
+	u    *ui
+	down bool // a pub/sub connection was reported down; only Observe uses it
+
+	mu   sync.Mutex // guards last
+	last obtained
 }
 
-func newLibraryEvents(u *ui) *libraryEvents {
-	return &libraryEvents{u: u, obtained: make(chan locksmith.Event, 4)}
+// obtained is what a successful obtain tried, as its Tracer.End says.
+type obtained struct {
+	ok         bool // an obtain succeeded
+	hold       locksmith.Hold
+	attempts   int
+	handedOver bool
+}
+
+func newLibraryEvents(u *ui) *libraryEvents { return &libraryEvents{u: u} }
+
+// Start passes ctx on: libraryEvents traces no span.
+func (le *libraryEvents) Start(ctx context.Context, _ locksmith.Call) context.Context { return ctx }
+
+// End keeps what an obtain that succeeded tried. It is called on the
+// goroutine of the call, before the call returns (or, in WithLock and
+// Once, runs the function): so obtainAttrs, on that goroutine, reads it
+// afterwards.
+func (le *libraryEvents) End(_ context.Context, c locksmith.Call, o locksmith.Outcome) {
+	if c.Op != locksmith.OpObtain || o.Err != nil {
+		return
+	}
+	le.mu.Lock()
+	le.last = obtained{ok: true, hold: c.Hold, attempts: o.Attempts, handedOver: o.HandedOver}
+	le.mu.Unlock()
 }
 
 // Observe is called by one goroutine of the Locker at a time.
@@ -146,13 +164,6 @@ func (le *libraryEvents) Observe(e locksmith.Event) {
 	}
 	hold := slog.String("hold", e.Hold.String())
 	switch e.Kind {
-	case locksmith.EventObtain:
-		if e.Err == nil {
-			select {
-			case le.obtained <- e:
-			default: // nobody waits for it: a term given back at once after a signal
-			}
-		}
 	case locksmith.EventRenewal:
 		if e.Err != nil {
 			u.record(e.Time, slog.LevelWarn, "renewal_failed", hold, millis("held_ms", e.Held),
@@ -184,38 +195,16 @@ func (le *libraryEvents) Observe(e locksmith.Event) {
 	}
 }
 
-// awaitObtain returns the event of the obtain, started at start, that
-// has just succeeded, once the observer has it, and false if it does not
-// within eventWait. It drops the events of earlier obtains, which nobody
-// took.
-func (le *libraryEvents) awaitObtain(start time.Time) (locksmith.Event, bool) {
-	timer := time.NewTimer(eventWait)
-	defer timer.Stop()
-	for {
-		select {
-		case e := <-le.obtained:
-			if e.Time.Before(start) {
-				continue
-			}
-			return e, true
-		case <-timer.C:
-			return locksmith.Event{}, false
-		}
-	}
-}
-
 // obtainAttrs returns the attributes of the record of a hold obtained at
 // the end of a call that started at start, with ttl and, if fenced, fence.
 func (le *libraryEvents) obtainAttrs(start time.Time, ttl time.Duration, fence int64, fenced bool) []slog.Attr {
-	e, ok := le.awaitObtain(start)
-	waited := time.Since(start)
-	if ok {
-		waited = e.Waited
-	}
-	attrs := []slog.Attr{millis("waited_ms", waited)}
-	if ok {
-		attrs = append(attrs, slog.String("hold", e.Hold.String()), slog.Int("attempts", e.Attempts),
-			slog.Bool("handed_over", e.HandedOver))
+	le.mu.Lock()
+	last := le.last
+	le.mu.Unlock()
+	attrs := []slog.Attr{millis("waited_ms", time.Since(start))}
+	if last.ok {
+		attrs = append(attrs, slog.String("hold", last.hold.String()), slog.Int("attempts", last.attempts),
+			slog.Bool("handed_over", last.handedOver))
 	}
 	attrs = append(attrs, millis("ttl_ms", ttl))
 	if fenced {

@@ -178,7 +178,7 @@ func (u *ui) run(args []string) (code int) {
 	var events *libraryEvents
 	if u.log != nil {
 		events = newLibraryEvents(u)
-		opts = append(opts, locksmith.WithObserver(events))
+		opts = append(opts, locksmith.WithObserver(events), locksmith.WithTracer(events))
 	}
 	r := &runner{
 		supervisor: supervisor{ui: u, command: command, path: path, grace: f.grace, sigs: sigs,
