@@ -100,8 +100,9 @@ type Call struct {
 // An Outcome is how a traced call ended, as Tracer.End is told.
 type Outcome struct {
 	// Err is the error the call returned; nil when it succeeded. Class
-	// sorts it (see ClassOf). An OpOnce that found its job done has no
-	// error; Once says so.
+	// sorts it as ClassOf does, except that an error the function of an
+	// OpWithLock or OpOnce returned is ClassFunction (see ErrorClass).
+	// An OpOnce that found its job done has no error; Once says so.
 	Err   error
 	Class ErrorClass
 	// Attempts is how many attempts an OpObtain sent to Redis (0 when it

@@ -157,9 +157,9 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 		l.notify.observe(time.Since(start))
 		if lk != nil {
 			// A release may have handed the lock over before its
-			// announcement reached this Locker: the attempt found it
-			// holding w's token already.
-			tr.handedOver = tr.handedOver || res.mine
+			// announcement reached this Locker (one heard returns
+			// above): the attempt found it holding w's token already.
+			tr.handedOver = res.mine
 			l.notify.won(w, lk.Deadline(), res.more)
 			return lk, tr, nil
 		}
