@@ -40,12 +40,15 @@ type rig struct {
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
+	// changed has a value when the metrics may have changed since it was
+	// last read: an event was observed, or a call started or ended.
+	changed chan struct{}
 }
 
 // newRig returns a Telemetry on SDK providers of its own, with opts.
 func newRig(t *testing.T, opts ...locksmithotel.Option) *rig {
 	t.Helper()
-	r := &rig{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	r := &rig{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder(), changed: make(chan struct{}, 1)}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
@@ -57,12 +60,53 @@ func newRig(t *testing.T, opts ...locksmithotel.Option) *rig {
 	return r
 }
 
-// locker returns a Locker that reports to r, closed when t ends.
+// locker returns a Locker that reports to r, closed when t ends: to the
+// Telemetry's observer and tracer (as its Options give them), each
+// wrapped to tell waitMetric when the metrics may have changed.
 func (r *rig) locker(t *testing.T, client redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
 	t.Helper()
-	l := locksmith.New(client, append(opts, r.tel.Options()...)...)
+	l := locksmith.New(client, append(opts,
+		locksmith.WithObserver(notifyingObserver{r.tel.Observer(), r}),
+		locksmith.WithTracer(notifyingTracer{r.tel.Tracer(), r}))...)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// notify tells waitMetric that the metrics may have changed.
+func (r *rig) notify() {
+	select {
+	case r.changed <- struct{}{}:
+	default: // a change is pending already
+	}
+}
+
+// notifyingObserver is an Observer that calls r.notify after each event.
+type notifyingObserver struct {
+	locksmith.Observer
+	r *rig
+}
+
+func (o notifyingObserver) Observe(e locksmith.Event) {
+	o.Observer.Observe(e)
+	o.r.notify()
+}
+
+// notifyingTracer is a Tracer that calls r.notify after each Start and
+// End.
+type notifyingTracer struct {
+	locksmith.Tracer
+	r *rig
+}
+
+func (tr notifyingTracer) Start(ctx context.Context, c locksmith.Call) context.Context {
+	ctx = tr.Tracer.Start(ctx, c)
+	tr.r.notify()
+	return ctx
+}
+
+func (tr notifyingTracer) End(ctx context.Context, c locksmith.Call, o locksmith.Outcome) {
+	tr.Tracer.End(ctx, c, o)
+	tr.r.notify()
 }
 
 // A point is what one data point holds: a sum's value, or a histogram's
@@ -128,18 +172,24 @@ func describeMetrics(ms map[string]map[string]point) string {
 }
 
 // waitMetric waits until the point of metric name with attributes a
-// satisfies ok, and returns it.
+// satisfies ok, and returns it. It reads the metrics again each time the
+// Locker made by r.locker observes an event or starts or ends a call.
 func (r *rig) waitMetric(t *testing.T, name, a string, ok func(point) bool) point {
 	t.Helper()
-	var got point
-	var last map[string]map[string]point
-	eventually(t, 5*time.Second, func() bool {
-		last = r.metrics(t)
-		p, found := last[name][a]
-		got = p
-		return found && ok(p)
-	}, func() string { return fmt.Sprintf("%s{%s}; metrics: %s", name, a, describeMetrics(last)) })
-	return got
+	const wait = 5 * time.Second
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for {
+		last := r.metrics(t)
+		if p, found := last[name][a]; found && ok(p) {
+			return p
+		}
+		select {
+		case <-r.changed:
+		case <-timeout.C:
+			t.Fatalf("not within %v: %s{%s}; metrics: %s", wait, name, a, describeMetrics(last))
+		}
+	}
 }
 
 // count accepts a histogram point of n measurements.
