@@ -3,8 +3,9 @@
 package faults_test
 
 import (
+	"bytes"
 	"context"
-	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -36,46 +37,30 @@ func TestLateHandoffAnnouncement(t *testing.T) {
 	srv := redistest.New(t)
 	cases := []struct {
 		name string
-		// refreshDelay delays the reply to W's refresh.
-		refreshDelay time.Duration
+		// lateRefresh holds back the reply to W's refresh until the
+		// lock it refreshed has expired in Redis.
+		lateRefresh bool
 	}{
-		{name: "fence", refreshDelay: 0},
-		{name: "deadline", refreshDelay: 1200 * time.Millisecond},
+		{name: "fence"},
+		{name: "deadline", lateRefresh: true},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			// The scenario races W's next attempt against X for the
-			// lock that expired unused; when W wins it, the late
-			// announcement is never heard: set it up again, a few times.
-			for try := range 3 {
-				if lateHandoff(t, srv, fmt.Sprintf("%s-%d", tc.name, try), tc.refreshDelay) {
-					return
-				}
-				t.Logf("try %d: W took the expired lock before X; again", try+1)
-			}
-			t.Fatal("W took the expired lock before X in every try: the late announcement was never heard")
-		})
+		t.Run(tc.name, func(t *testing.T) { lateHandoff(t, srv, tc.name, tc.lateRefresh) })
 	}
 }
 
-// lateHandoff runs the scenario once on key and reports whether it
-// reached the late announcement.
-func lateHandoff(t *testing.T, srv *redistest.Server, key string, refreshDelay time.Duration) bool {
+// lateHandoff runs the scenario once on key. The proxy in front of W
+// holds back each reply and message to W and lets them go in the order
+// the scenario needs, once what comes before has been observed, so no
+// step depends on how fast a loaded machine runs; the only clock is the
+// TTL of the locks handed to W, and each of W's steps is taken at once.
+func lateHandoff(t *testing.T, srv *redistest.Server, key string, lateRefresh bool) {
 	pw := newProxy(t, srv.Addr)
 	r := newRun()
 	ctx := t.Context()
-	const ttlW = time.Second
-	// The delays of what comes back to W: d1 for its attempt in flight at
-	// the first handoff, which returns after the handed lock expired and X
-	// took it (d1 > ttlW); d2 for the first announcement, which arrives
-	// after W's next attempt left (d2 > d1) and before it returns (d2 <
-	// d1 + d3); d3 for that attempt, which returns before the second
-	// handoff expires (d3 < ttlW); d4 for the second announcement, which
-	// comes last.
-	// Each margin is 200ms or more (it was 100ms between d3 and ttlW, which
-	// a loaded machine under -race sometimes used up: W learnt that it held
-	// the lock too late to refresh it).
-	const d1, d2, d3, d4 = 1200 * time.Millisecond, 1550 * time.Millisecond, 700 * time.Millisecond, 4 * time.Second
+	// Short enough that W's subscriber does not find its connection dead
+	// while the first announcement is held (it PINGs after 2s quiet).
+	const ttlW = 1500 * time.Millisecond
 	h, w, x := r.tracker("H"), r.tracker("W"), r.tracker("X")
 	lh, lx := fencedLocker(t, srv.Addr, 5*time.Second), fencedLocker(t, srv.Addr, 5*time.Second)
 	lw := fencedLocker(t, pw.Addr(), ttlW)
@@ -87,17 +72,25 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, refreshDelay t
 		require.NoError(t, err)
 		return st.Queued == 1
 	}
-	held := func(n int) func() bool { return func() bool { return pw.Held(faults.ToClient) >= n } }
+	// The pieces held back, in order: 1, the reply to W's attempt in
+	// flight at the first handoff; 2, the first announcement; 3, the
+	// reply to W's next attempt, which queues it behind X; 4, the second
+	// announcement; 5, with lateRefresh, the reply to W's refresh.
+	heldBack := func(n int) func() bool { return func() bool { return pw.HeldBack(faults.ToClient) == n } }
 
 	// Load the scripts first, so that each of W's calls is one round trip.
 	warm, err := lh.Obtain(ctx, key+"-warm-up")
 	require.NoError(t, err)
 	require.NoError(t, warm.Refresh(ctx, time.Second))
 	require.NoError(t, warm.Release(ctx))
+	// And the one that confirms a handoff heard late, which W runs last.
+	confirm, err := os.ReadFile("../../confirm.lua")
+	require.NoError(t, err)
+	require.NoError(t, raw.ScriptLoad(ctx, string(confirm)).Err())
 
 	hh, err := h.obtain(ctx, lh, key)
 	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	got := obtainAsync(wctx, w, lw, key, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
 	require.Eventually(t, queued, 10*time.Second, time.Millisecond, "W never queued")
@@ -107,53 +100,50 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, refreshDelay t
 		10*time.Second, time.Millisecond, "W's Locker does not listen")
 
 	faultStart := time.Now()
-	pw.SetDelay(faults.ToClient, d1)
-	require.Eventually(t, held(1), 5*time.Second, time.Millisecond, "no reply to W held back")
-	pw.SetDelay(faults.ToClient, d2)
+	// Not the replies to the PINGs of W's subscriber: they come when its
+	// connection has been quiet for a while.
+	pw.Hold(faults.ToClient, func(piece []byte) bool { return !bytes.Contains(piece, []byte("$4\r\npong\r\n")) })
+	require.Eventually(t, heldBack(1), 5*time.Second, time.Millisecond, "no reply to W held back")
 	require.NoError(t, h.release(ctx, hh)) // the first handoff, to W
-	require.Eventually(t, held(2), 5*time.Second, time.Millisecond, "the first announcement was not held back")
-	pw.SetDelay(faults.ToClient, d3)
+	require.Eventually(t, heldBack(2), 5*time.Second, time.Millisecond, "the first announcement was not held back")
 
-	// X gets the lock once the handed one has expired, and writes.
+	// X gets the lock once the handed one has expired unused, and writes.
 	xctx, cancelX := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelX()
 	hx, err := x.obtain(xctx, lx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
 	require.NoError(t, err)
 	ok, _ := hx.write(r.store)
 	require.True(t, ok)
-	// W's next attempt queues it again behind X.
-	if !eventuallyOr(queued, got, 5*time.Second) {
-		select {
-		case res := <-got:
-			// W's attempt took the lock that expired unused, before X
-			// did: W holds it, or, its reply held back past the lock's
-			// validity, gave it up with ErrLockLost.
-			pw.Heal()
-			if res.err == nil {
-				// Its reply came back late: the lock may have
-				// expired since.
-				res.h.end(time.Now(), "released")
-				if err := w.release(ctx, res.h); err != nil {
-					require.ErrorIs(t, err, locksmith.ErrNotHeld)
-				}
-			} else {
-				require.ErrorIs(t, res.err, locksmith.ErrLockLost, "W's Obtain returned before it queued again")
-			}
-			require.NoError(t, x.release(ctx, hx))
-			return false
-		default:
-			t.Fatal("W did not queue again")
-		}
-	}
-	pw.SetDelay(faults.ToClient, d4)
+	// W learns that its attempt did not take the lock, and its next
+	// attempt queues it again behind X.
+	pw.Release(faults.ToClient, 1)
+	require.Eventually(t, queued, 5*time.Second, time.Millisecond, "W did not queue again")
+	require.Eventually(t, heldBack(3), 5*time.Second, time.Millisecond, "the reply to W's next attempt was not held back")
 	require.NoError(t, x.release(ctx, hx)) // the second handoff, to W
-	require.Eventually(t, held(3), 5*time.Second, time.Millisecond, "the second announcement was not held back")
-	pw.SetDelay(faults.ToClient, refreshDelay)
+	require.Eventually(t, heldBack(4), 5*time.Second, time.Millisecond, "the second announcement was not held back")
+	if !lateRefresh {
+		pw.Hold(faults.ToClient, nil)
+	}
+	// The first announcement arrives while W's attempt is in flight,
+	// then that attempt's reply; the second announcement stays held.
+	pw.Release(faults.ToClient, 2)
+	require.Eventually(t, func() bool { return pw.Held(faults.ToClient) == 2 }, 5*time.Second, time.Millisecond,
+		"the first announcement was not delivered")
+	pw.Release(faults.ToClient, 3)
+	if lateRefresh {
+		require.Eventually(t, heldBack(5), 5*time.Second, time.Millisecond, "W did not refresh")
+		// Its reply comes back once the lock it refreshed has expired
+		// in Redis, after the Deadline it set.
+		require.Eventually(t, func() bool { return raw.Exists(ctx, key).Val() == 0 }, ttlW+5*time.Second, time.Millisecond,
+			"the lock W refreshed did not expire")
+		pw.Hold(faults.ToClient, nil)
+		pw.Release(faults.ToClient, 5)
+	}
 
 	res := receive(t, got, 10*time.Second)
 	pw.Heal()
-	r.faultSpan("delay", faultStart, time.Now(), false)
-	if refreshDelay > 0 {
+	r.faultSpan("hold", faultStart, time.Now(), false)
+	if lateRefresh {
 		t.Logf("W's Obtain returned after %v: %v", time.Since(faultStart), res.err)
 		if res.err == nil {
 			ahead := res.h.lk.Deadline().Sub(res.h.obtained)
@@ -161,11 +151,11 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, refreshDelay t
 			_ = w.release(ctx, res.h)
 			r.check(t)
 			require.Positive(t, ahead, "Obtain returned the lock %v after its Deadline", -ahead)
-			return true
+			return
 		}
 		require.ErrorIs(t, res.err, locksmith.ErrLockLost)
 		r.check(t)
-		return true
+		return
 	}
 	require.NoError(t, res.err)
 	hw := res.h
@@ -179,21 +169,4 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, refreshDelay t
 	r.check(t)
 	require.Greater(t, hw.lk.Fence(), hx.lk.Fence(), "the lock W holds came back with a fence below X's, whose lock came before it")
 	require.True(t, ok, "the store refused the holder's write")
-	return true
-}
-
-// eventuallyOr waits up to d for cond, polling, unless got has a result
-// first (left in it for the caller); it reports whether cond held.
-func eventuallyOr(cond func() bool, got <-chan obtainResult, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		if len(got) > 0 {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return false
 }

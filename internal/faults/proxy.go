@@ -32,7 +32,8 @@ func (d Direction) String() string {
 
 // A Proxy forwards TCP connections from a loopback address to a target,
 // and misbehaves on request: it delays the bytes going one way, holds
-// them back (a blackhole), or resets connections. Every change takes
+// them back (a blackhole, or piece by piece until a test lets each go),
+// or resets connections. Every change takes
 // effect at once, on the connections already open and on new ones.
 //
 // Each connection costs four goroutines (a reader and a writer each way),
@@ -47,9 +48,11 @@ type Proxy struct {
 
 	mu     sync.Mutex // guards the fields below
 	delay  [2]time.Duration
-	healed chan struct{}      // closed while no blackhole is on
-	links  map[*link]struct{} // the open connections
-	trip   *trip              // an armed ResetAfterRequest, or nil
+	healed chan struct{}        // closed while no blackhole is on
+	links  map[*link]struct{}   // the open connections
+	trip   *trip                // an armed ResetAfterRequest, or nil
+	hold   [2]func([]byte) bool // by direction: which pieces Hold holds back, or nil
+	gates  [2][]chan struct{}   // by direction: the gate of each piece Hold held, in order
 	closed bool
 }
 
@@ -71,10 +74,11 @@ type trip struct {
 }
 
 // chunk is a piece of the byte stream read one way, and when it may be
-// written on.
+// written on: after at, and, if gate is not nil, once gate is closed.
 type chunk struct {
 	data []byte
 	at   time.Time
+	gate chan struct{}
 }
 
 // NewProxy starts a proxy to target (host:port) on a free loopback port.
@@ -121,10 +125,58 @@ func (p *Proxy) Blackhole(on bool) {
 	}
 }
 
-// Heal removes every delay and ends a blackhole.
+// Hold starts holding back, one by one, the pieces of the byte streams
+// read in direction dir for which which returns true (nil stops): each
+// such piece waits, with what comes after it on its connection, until
+// Release lets it go. The pieces held are numbered 1, 2, 3, ... in the
+// order the proxy reads them, over the Proxy's life; stopping leaves the
+// pieces already held waiting.
+//
+// A piece is what one read returned: a reply or a pub/sub message when the
+// client waits for each, though the kernel may join or split them.
+func (p *Proxy) Hold(dir Direction, which func(piece []byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold[dir] = which
+}
+
+// All is a Hold that holds back every piece.
+func All([]byte) bool { return true }
+
+// HeldBack returns how many pieces Hold has held back in direction dir so
+// far, released or not: the number of the last one.
+func (p *Proxy) HeldBack(dir Direction) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.gates[dir])
+}
+
+// Release lets piece n (numbered from 1) that Hold held back in direction
+// dir go on, after any delay it has and once no blackhole is on. It is a
+// no-op for a piece already released or dropped with its connection, and
+// it panics if Hold has not held n pieces.
+func (p *Proxy) Release(dir Direction, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	gate := p.gates[dir][n-1]
+	select {
+	case <-gate:
+	default:
+		close(gate)
+	}
+}
+
+// Heal removes every delay, ends a blackhole, stops Hold and releases what
+// it held back.
 func (p *Proxy) Heal() {
 	p.SetDelay(ToServer, 0)
 	p.SetDelay(ToClient, 0)
+	for _, dir := range []Direction{ToServer, ToClient} {
+		p.Hold(dir, nil)
+		for n := range p.HeldBack(dir) {
+			p.Release(dir, n+1)
+		}
+	}
 	p.Blackhole(false)
 }
 
@@ -231,12 +283,17 @@ func (p *Proxy) read(l *link, dir Direction, src net.Conn, out chan<- chunk) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			c := chunk{data: bytes.Clone(buf[:n])}
 			p.mu.Lock()
-			at := time.Now().Add(p.delay[dir])
+			c.at = time.Now().Add(p.delay[dir])
+			if which := p.hold[dir]; which != nil && which(c.data) {
+				c.gate = make(chan struct{})
+				p.gates[dir] = append(p.gates[dir], c.gate)
+			}
 			p.mu.Unlock()
 			p.held[dir].Add(1)
 			select {
-			case out <- chunk{data: bytes.Clone(buf[:n]), at: at}:
+			case out <- c:
 			case <-l.done:
 				p.held[dir].Add(-1)
 				return
@@ -272,6 +329,13 @@ func (p *Proxy) write(l *link, dir Direction, dst net.Conn, in <-chan chunk) {
 			timer.Reset(wait)
 			select {
 			case <-timer.C:
+			case <-l.done:
+				return
+			}
+		}
+		if c.gate != nil {
+			select {
+			case <-c.gate:
 			case <-l.done:
 				return
 			}

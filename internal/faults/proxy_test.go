@@ -174,6 +174,56 @@ func TestProxyBlackholeHoldsBytesUntilHealed(t *testing.T) {
 	p.Heal()
 }
 
+func TestProxyHoldReleasesPiecesOneByOne(t *testing.T) {
+	_, p, c1 := echoThroughProxy(t)
+	c2 := dial(t, p)
+	heldBack := func(n int) func() bool { return func() bool { return p.HeldBack(faults.ToClient) == n } }
+	read := func(c net.Conn, want string) {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, len(want))
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+		require.Equal(t, want, string(buf))
+	}
+
+	p.Hold(faults.ToClient, func(piece []byte) bool { return !bytes.Equal(piece, []byte("skip")) })
+	_, err := roundTrip(c1, "skip", 5*time.Second)
+	require.NoError(t, err, "a piece Hold does not select went through")
+	require.Zero(t, p.HeldBack(faults.ToClient))
+	_, err = c1.Write([]byte("one"))
+	require.NoError(t, err)
+	require.Eventually(t, heldBack(1), 5*time.Second, time.Millisecond, "the first echo was not held back")
+	_, err = c2.Write([]byte("two"))
+	require.NoError(t, err)
+	require.Eventually(t, heldBack(2), 5*time.Second, time.Millisecond, "the second echo was not held back")
+
+	// The second goes first; the first is still held.
+	p.Release(faults.ToClient, 2)
+	read(c2, "two")
+	require.Eventually(t, func() bool { return p.Held(faults.ToClient) == 1 }, 5*time.Second, time.Millisecond,
+		"the first echo went through before its release")
+	_ = c1.SetReadDeadline(time.Now())
+	_, err = c1.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the first echo went through before its release")
+	p.Release(faults.ToClient, 2) // released already: a no-op
+	p.Release(faults.ToClient, 1)
+	read(c1, "one")
+
+	// Off, new pieces go through; Heal releases what is held.
+	_, err = c1.Write([]byte("three"))
+	require.NoError(t, err)
+	require.Eventually(t, heldBack(3), 5*time.Second, time.Millisecond)
+	p.Hold(faults.ToClient, nil)
+	got, err := roundTrip(c2, "four", 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "four", got)
+	require.Equal(t, 3, p.HeldBack(faults.ToClient))
+	p.Heal()
+	read(c1, "three")
+	require.Zero(t, p.HeldBack(faults.ToServer), "Hold held back requests")
+}
+
 func TestProxyReset(t *testing.T) {
 	_, p, c := echoThroughProxy(t)
 	require.Equal(t, 1, p.Reset())
