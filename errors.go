@@ -47,6 +47,12 @@ var (
 	// ErrNoLeader means nobody leads the election (see Election.Leader).
 	ErrNoLeader = errors.New("locksmith: no leader")
 
+	// ErrWrongKind means the key holds another kind of lock than the call
+	// is for: a semaphore's permits where a read-write lock was asked for,
+	// or the other way round. A name is one kind only; the call changed
+	// nothing.
+	ErrWrongKind = errors.New("locksmith: another kind of lock is stored there")
+
 	// ErrInvalidArgument means a key, option or argument was rejected before
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("locksmith: invalid argument")

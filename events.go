@@ -188,7 +188,7 @@ const (
 	ClassNotHeld                         // ErrNotHeld: the lock had expired or was taken
 	ClassLost                            // ErrLockLost
 	ClassClosed                          // ErrClosed
-	ClassInvalid                         // ErrInvalidArgument
+	ClassInvalid                         // ErrInvalidArgument, or ErrWrongKind: the key holds another kind of lock
 	ClassNoPermission                    // ErrNoPermission
 	ClassNotReplicated                   // ErrNotReplicated
 	ClassRedis                           // anything else: Redis failed, or could not be reached
@@ -220,7 +220,7 @@ func classOf(err error) ErrorClass {
 	switch {
 	case err == nil:
 		return ClassNone
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrWrongKind):
 		return ClassInvalid
 	case errors.Is(err, ErrClosed):
 		return ClassClosed

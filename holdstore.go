@@ -57,6 +57,9 @@ func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lock
 		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
 	case len(res) == 3 && res[0] == 1:
 		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
+	case len(res) == 1 && res[0] == -1:
+		// The script found the other kind's members, and wrote nothing.
+		return acquireRes{}, ErrWrongKind
 	}
 	return acquireRes{}, landedError{errBadReply}
 }

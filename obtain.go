@@ -321,7 +321,7 @@ func mayHaveLanded(err error) bool {
 	switch {
 	case errors.As(err, &lerr):
 		return true
-	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout):
+	case errors.As(err, &rerr), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, ErrWrongKind):
 		return false
 	case errors.As(err, &oerr) && oerr.Op == "dial":
 		return false

@@ -12,7 +12,8 @@
 -- without a counter; a resend of this very call, whose first delivery
 -- took the permit, takes it again with a new fence; free is how many
 -- permits are left), or {0, ms} when the limit is reached: ms until the
--- earliest permit expires.
+-- earliest permit expires, or {-1}, writing nothing, when the key holds
+-- a read-write lock.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
 -- refused (TIME, the reads) runs before the first write. The first write
@@ -24,6 +25,12 @@
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
+end
+-- A read-write lock's members are "r:", "w:" or "q:" and a token, and a
+-- permit is a bare token: the lowest member tells which kind the set is.
+local lowest = redis.call('zrange', KEYS[1], 0, 0)
+if lowest[1] and string.sub(lowest[1], 2, 2) == ':' then
+  return {-1}
 end
 local mine = redis.call('zscore', KEYS[1], ARGV[1])
 local live = redis.call('zcount', KEYS[1], '(' .. now, '+inf')

@@ -3,6 +3,7 @@ package locksmith
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -35,7 +36,11 @@ type permitReq struct {
 }
 
 func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
-	return s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
+	res, err := s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
+	if errors.Is(err, ErrWrongKind) {
+		err = fmt.Errorf("%w: the key holds a read-write lock, not a semaphore", err)
+	}
+	return res, err
 }
 
 func (s scriptStore) permits() holdStore { return setStore{s} }
@@ -64,7 +69,7 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 		token, _ := flat[i].(string)
 		ms, _ := flat[i+1].(int64)
 		if strings.Contains(token, ":") {
-			return rawPermits{}, fmt.Errorf("%w: %q is not a semaphore's permit (a read-write lock's hold?)", errOtherKind, token)
+			return rawPermits{}, fmt.Errorf("%w: %q is not a semaphore's permit (a read-write lock's hold?)", ErrWrongKind, token)
 		}
 		raw.holders = append(raw.holders, PermitHolder{Token: token, TTL: time.Duration(ms) * time.Millisecond})
 	}

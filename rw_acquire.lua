@@ -18,7 +18,7 @@
 -- call, whose first delivery took the hold, takes it again with a new
 -- fence; more is 1 when more readers may enter now, 0 otherwise), or
 -- {0, ms}: how long until what stops the caller expires, unless it is
--- renewed.
+-- renewed; or {-1}, writing nothing, when the key holds a semaphore.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
 -- refused (TIME, the reads) runs before the first write. The first write
@@ -40,6 +40,12 @@ local function drop_expired()
   redis.call('zremrangebyscore', KEYS[1], -now, '(0')
 end
 
+-- A semaphore's permits are bare tokens: the lowest member tells which
+-- kind the set is.
+local lowest = redis.call('zrange', KEYS[1], 0, 0)
+if lowest[1] and string.sub(lowest[1], 2, 2) ~= ':' then
+  return {-1}
+end
 local mine = redis.call('zscore', KEYS[1], me)
 if not (mine and math.abs(tonumber(mine)) > now) then
   -- The writers' range, unexpired (scores below -now): at most one

@@ -485,22 +485,82 @@ func TestRWMutexCluster(t *testing.T) {
 	}
 }
 
-func TestRWMutexAndSemaphoreInspectTellThemApart(t *testing.T) {
+// A name is one kind of lock: a semaphore's Acquire on a read-write
+// lock's key, or a read or write on a semaphore's, fails with
+// ErrWrongKind (not as a held lock) and changes nothing, even when it
+// would wait; and each kind's Inspect refuses the other's set.
+func TestRWMutexAndSemaphoreDoNotShareAName(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := t.Context()
-	l := newLocker(t, srv.Client(t))
+	raw := srv.Client(t)
+	l := newLocker(t, srv.Client(t), locksmith.WithFencing())
+	waiting := locksmith.WithRetry(locksmith.LinearBackoff(10 * time.Millisecond))
+	// refused checks that call fails with ErrWrongKind and leaves the
+	// set's members and the fence counter of key as they were (a waiting
+	// writer renews its intent's score meanwhile).
+	refused := func(key, what string, call func() error) {
+		t.Helper()
+		keys, err := l.Keys(key)
+		require.NoError(t, err)
+		before := raw.ZRange(ctx, key, 0, -1).Val()
+		fence := raw.Get(ctx, keys.Fence).Val()
+		err = call()
+		require.ErrorIs(t, err, locksmith.ErrWrongKind, what)
+		require.NotErrorIs(t, err, locksmith.ErrNotObtained, "%s: reported as a held lock", what)
+		require.Equal(t, locksmith.ClassInvalid, locksmith.ClassOf(err))
+		require.Equal(t, before, raw.ZRange(ctx, key, 0, -1).Val(), "%s changed the set", what)
+		require.Equal(t, fence, raw.Get(ctx, keys.Fence).Val(), "%s took a fence", what)
+	}
+
+	// A semaphore with a permit held.
 	key := uniqueKey(t)
-	p, err := l.Semaphore(key, 2).Acquire(ctx)
+	sem := l.Semaphore(key, 2)
+	p, err := sem.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = l.RWMutex(key).Inspect(ctx)
-	require.Error(t, err, "a semaphore read as a read-write lock")
+	m := l.RWMutex(key)
+	for _, waits := range [][]locksmith.Option{nil, {waiting}} {
+		refused(key, "a read", func() error { _, err := m.ObtainRead(ctx, waits...); return err })
+		refused(key, "a write", func() error { _, err := m.ObtainWrite(ctx, waits...); return err })
+	}
+	refused(key, "WithReadLock", func() error {
+		return m.WithReadLock(ctx, func(context.Context) error { t.Error("ran on a semaphore's key"); return nil })
+	})
+	_, err = m.Inspect(ctx)
+	require.ErrorIs(t, err, locksmith.ErrWrongKind, "a semaphore read as a read-write lock")
 	require.NoError(t, p.Release(ctx))
 
-	r, err := l.RWMutex(key).ObtainRead(ctx)
+	// A read-write lock: a reader alone, then a writer with another
+	// writer's intent. The semaphore is another Locker's: in the writer's
+	// Locker, a waiting Acquire would queue behind the waiting writer,
+	// which shares its name, and learn that it is a read-write lock's
+	// only when its turn comes.
+	key = uniqueKey(t) + "-rw"
+	m, sem = l.RWMutex(key), newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 10)
+	r, err := m.ObtainRead(ctx)
 	require.NoError(t, err)
-	_, err = l.Semaphore(key, 2).Inspect(ctx)
-	require.Error(t, err, "a read-write lock read as a semaphore")
+	refused(key, "a permit beside a reader", func() error { _, err := sem.Acquire(ctx); return err })
+	_, err = sem.Inspect(ctx)
+	require.ErrorIs(t, err, locksmith.ErrWrongKind, "a read-write lock read as a semaphore")
 	require.NoError(t, r.Release(ctx))
+	wr, err := m.ObtainWrite(ctx)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	waiter := make(chan error, 1)
+	go func() { _, err := m.ObtainWrite(wctx, waiting); waiter <- err }()
+	require.Eventually(t, func() bool {
+		st, err := m.Inspect(ctx)
+		require.NoError(t, err)
+		return st.WaitingWriters == 1
+	}, 5*time.Second, time.Millisecond, "the second writer left no intent")
+	for _, waits := range [][]locksmith.Option{nil, {waiting}} {
+		refused(key, "a permit beside a writer", func() error { _, err := sem.Acquire(ctx, waits...); return err })
+	}
+	refused(key, "WithPermit", func() error {
+		return sem.WithPermit(ctx, func(context.Context) error { t.Error("ran on a read-write lock's key"); return nil })
+	})
+	cancel()
+	require.ErrorIs(t, <-waiter, locksmith.ErrNotObtained)
+	require.NoError(t, wr.Release(ctx))
 }
 
 func TestRWMutexBudgetIsTheDelays(t *testing.T) {

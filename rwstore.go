@@ -41,15 +41,14 @@ func (s scriptStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inte
 	if intent {
 		life = rwIntentLifeMS
 	}
-	return s.acquireHold(ctx, rwAcquireLua, ref, ttlMS, life)
+	res, err := s.acquireHold(ctx, rwAcquireLua, ref, ttlMS, life)
+	if errors.Is(err, ErrWrongKind) {
+		err = fmt.Errorf("%w: the key holds a semaphore, not a read-write lock", err)
+	}
+	return res, err
 }
 
 func (s scriptStore) rwHandles() holdStore { return setStore{s} }
-
-// errOtherKind marks a key that holds another kind of hold than the one
-// inspected: a semaphore's permits where a read-write lock was expected,
-// or the other way round.
-var errOtherKind = errors.New("another kind of lock is stored there")
 
 // rawRW is what a store reads for RWMutex.Inspect.
 type rawRW struct {
@@ -80,7 +79,7 @@ func (s scriptStore) inspectRW(ctx context.Context, k Keys) (rawRW, error) {
 		case strings.HasPrefix(member, "r:"):
 			raw.readers = append(raw.readers, h)
 		default:
-			return rawRW{}, fmt.Errorf("%w: %q is not a member of a read-write lock (a semaphore's permit?)", errOtherKind, member)
+			return rawRW{}, fmt.Errorf("%w: %q is not a member of a read-write lock (a semaphore's permit?)", ErrWrongKind, member)
 		}
 	}
 	raw.intents, _ = res[1].(int64)
