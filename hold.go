@@ -24,9 +24,13 @@ type holdKind interface {
 	// needs returns what the calls need of the Redis user.
 	needs(cfg *config) need
 	// queued reports whether a waiting attempt leaves a mark in Redis
-	// (a waiting writer's intent) that lapses unless the waiter renews
-	// it, as a queued waiter for a lock does.
+	// (a waiting writer's intent, a permit's handoff queue entry) that
+	// lapses unless the waiter renews it, as a queued waiter for a lock
+	// does.
 	queued() bool
+	// handsOver reports whether a release hands such a hold to a queued
+	// waiter, as a lock's does (a permit: see permit_release.lua).
+	handsOver() bool
 	// busy is the error of a caller that found the hold taken and did
 	// not wait, or whose strategy gave up.
 	busy(key string) error
@@ -80,7 +84,11 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 		return nil, tries{}, notObtained(ctx, a.key)
 	}
 	cfg := &a.cfg
-	if err := l.verifyNeeds(ctx, cfg.prefix, a.key, a.kind.needs(cfg)); err != nil {
+	needs := a.kind.needs(cfg)
+	if a.queues() {
+		needs |= needQueue
+	}
+	if err := l.verifyNeeds(ctx, cfg.prefix, a.key, needs); err != nil {
 		return nil, tries{}, err
 	}
 	backoff := newBackoff(cfg.retry)
@@ -126,6 +134,9 @@ func (a *holdAttempts) newHandle(token string) *Lock {
 	lk := &Lock{store: a.kind.handles(a.l.store), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: a.kind.hold()}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: a.kind.member(token), fenceTTLMS: cfg.fenceTTLMS,
 		channel: companion(cfg.prefix, a.key, releasedKind)}
+	if a.queues() {
+		lk.ref.queue = companion(cfg.prefix, a.key, queueKind)
+	}
 	if cfg.fencing {
 		lk.ref.fence = companion(cfg.prefix, a.key, fenceKind)
 	}
@@ -136,10 +147,20 @@ func (a *holdAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRe
 	return a.try(ctx, w.token)
 }
 
-// handedOver is never called: shared holds are not handed over (their
-// releases announce nothing that names a waiter).
-func (a *holdAttempts) handedOver(context.Context, *waiter, *handoff, time.Time) (*Lock, error) {
-	return nil, fmt.Errorf("locksmith: %q: a shared hold cannot be handed over", a.key)
+// queues reports whether the holds of a are handed over to queued
+// waiters: permits, where the store queues waiters (not a quorum).
+func (a *holdAttempts) queues() bool {
+	return a.kind.handsOver() && a.l.store.queues()
+}
+
+// handedOver returns the hold a release handed to w, as h announced (a
+// permit: the other kinds' releases announce nothing that names a
+// waiter).
+func (a *holdAttempts) handedOver(ctx context.Context, w *waiter, h *handoff, since time.Time) (*Lock, error) {
+	if !a.queues() {
+		return nil, fmt.Errorf("locksmith: %q: this kind of hold is not handed over", a.key)
+	}
+	return a.l.claimHandoff(ctx, a.key, &a.cfg, a.newHandle(w.token), w, h, since)
 }
 
 func (a *holdAttempts) leave(ctx context.Context, w *waiter) {

@@ -40,14 +40,27 @@ var errBadReply = errors.New("unexpected reply from a script")
 // and the fence counter's TTL. The script answers {1, fence, more} or
 // {0, ms until what stops the caller expires}.
 func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
-	args := make([]any, 4, 9)
+	return s.acquireHoldOn(ctx, s.client, script, ref, ttlMS, extra, "")
+}
+
+// acquireHoldOn is acquireHold on c; with an entry, the script also
+// queues the caller with it in ref.queue, its last key, when it cannot
+// take the hold (see permit_acquire.lua).
+func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string) (acquireRes, error) {
+	args := make([]any, 4, 11)
 	args[3] = ref.lockKey
 	if ref.fenced() {
 		args = append(args, ref.fence)
 	}
+	if entry != "" {
+		args = append(args, ref.queue)
+	}
 	args[2] = len(args) - 3
 	args = append(args, ref.token, ttlMS, extra, ref.fenceTTLMS)
-	res, err := script.run(ctx, s.client, args).Int64Slice()
+	if entry != "" {
+		args = append(args, entry, queueEntryLifeMS)
+	}
+	res, err := script.run(ctx, c, args).Int64Slice()
 	if err != nil {
 		// The script may have failed after it added the hold.
 		return acquireRes{}, landedError{err}
@@ -84,6 +97,16 @@ func (h setStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (
 	res, err := holdRefreshLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
 	return res == 1, err
 }
+
+// confirm is never called: these holds are not handed over (the
+// permits' handles, which are, override it).
+func (setStore) confirm(context.Context, lockRef, time.Duration) (bool, int64, error) {
+	return false, 0, errNotHandedOver
+}
+
+// errNotHandedOver marks a confirmation asked of a hold that is never
+// handed over.
+var errNotHandedOver = errors.New("this kind of hold is not handed over")
 
 func (h setStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
 	res, err := holdPTTLLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()

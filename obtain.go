@@ -226,7 +226,13 @@ func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 // announced. Its validity runs from since, when w's first queued attempt
 // was sent (see handoff.go).
 func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, w *waiter, h *handoff, since time.Time) (*Lock, error) {
-	lk := l.newLock(key, rkey, cfg, w.token)
+	return l.claimHandoff(ctx, key, cfg, l.newLock(key, rkey, cfg, w.token), w, h, since)
+}
+
+// claimHandoff returns lk, the handle of a lock (or permit) that a
+// release handed to waiter w, as h announced, once it is sure of it: see
+// handedOver.
+func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *Lock, w *waiter, h *handoff, since time.Time) (*Lock, error) {
 	lk.fence = h.fence
 	lk.ttl = h.ttl
 	drift := cfg.driftFor(h.ttl)
@@ -245,7 +251,7 @@ func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, 
 		// holding's fence, lower than those of the holders in between:
 		// its deadline is past, so it always comes here.
 		start := time.Now()
-		ok, fence, err := l.store.confirm(ctx, lk.ref, h.ttl)
+		ok, fence, err := lk.store.confirm(ctx, lk.ref, h.ttl)
 		switch {
 		case err != nil || !ok:
 			deleteIfOwned(ctx, lk)

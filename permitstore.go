@@ -21,29 +21,140 @@ var (
 	permitAcquireSrc string
 	//go:embed permit_inspect.lua
 	permitInspectSrc string
+	//go:embed permit_release.lua
+	permitReleaseSrc string
+	//go:embed permit_confirm.lua
+	permitConfirmSrc string
 
 	permitAcquireLua = newHoldScript(permitAcquireSrc)
 	permitInspectLua = newHoldScript(permitInspectSrc)
+	permitReleaseLua = newHoldScript(permitReleaseSrc)
+	permitConfirmLua = newHoldScript(permitConfirmSrc)
 )
 
 // permitReq is one attempt to take a permit: add token to the semaphore
 // with the TTL if fewer than limit unexpired permits are held (or one of
-// them is token's), then, with fencing, take the next fencing token.
+// them is token's), then, with fencing, take the next fencing token. When
+// queue is set and the limit is reached, the caller is queued in the
+// semaphore's handoff queue (ref.queue), for a release to hand it a
+// permit as it hands a lock (see handoff.go).
 type permitReq struct {
 	lockRef
 	ttlMS any // the TTL in whole milliseconds, an int64
 	limit int
+	queue bool
 }
 
 func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
-	res, err := s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
+	var (
+		res acquireRes
+		err error
+	)
+	if req.queue && req.lockRef.queue != "" {
+		res, err = s.acquirePermitQueued(ctx, req)
+	} else {
+		res, err = s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
+	}
 	if errors.Is(err, ErrWrongKind) {
 		err = fmt.Errorf("%w: the key holds a read-write lock, not a semaphore", err)
 	}
 	return res, err
 }
 
-func (s scriptStore) permits() holdStore { return setStore{s} }
+// acquirePermitQueued is acquirePermit for a caller that waits: the
+// script names the handoff queue, so, as for a lock, it goes to the
+// slot's master through its own client on Redis Cluster, and an attempt
+// the cluster refuses is sent again without queueing (see queueClient).
+func (s scriptStore) acquirePermitQueued(ctx context.Context, req permitReq) (acquireRes, error) {
+	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
+	c, err := s.queueClient(ctx, req.key)
+	var res acquireRes
+	if err == nil {
+		res, err = s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry)
+	}
+	if s.sharded() && clusterRefused(err) {
+		return s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
+	}
+	return res, err
+}
+
+func (s scriptStore) permits() holdStore { return permitHandles{setStore{s}} }
+
+// permitHandles runs the operations of permits' handles: those of every
+// sorted-set hold, but a release hands the permit to the first waiter
+// queued for one, and a handed permit is confirmed with a fencing token
+// of its own.
+type permitHandles struct{ setStore }
+
+func (h permitHandles) release(ctx context.Context, ref lockRef) (bool, error) {
+	return h.releasePermit(ctx, ref, nil)
+}
+
+// withdraw takes a waiter's entry out of the handoff queue, and gives
+// back the permit if one was handed to it (to the next waiter).
+func (h permitHandles) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
+	if ref.queue == "" {
+		return h.setStore.withdraw(ctx, ref, ttlMS)
+	}
+	ok, err := h.releasePermit(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// Refused, maybe on the queue (an ACL rule): still give back the
+		// permit if it is the caller's; the entry lapses.
+		ok2, err2 := h.setStore.release(ctx, ref)
+		return ok2, errors.Join(err, err2)
+	}
+	return ok, err
+}
+
+// releasePermit runs permit_release.lua for ref, withdrawing entry if it
+// is not nil. Without a queue, or when Redis Cluster refuses the script
+// (the slot is moving), it gives the permit back without a handoff.
+func (h permitHandles) releasePermit(ctx context.Context, ref lockRef, entry any) (bool, error) {
+	if ref.queue == "" {
+		return h.setStore.release(ctx, ref)
+	}
+	s := h.s
+	args := make([]any, 5, 11)
+	args[3], args[4] = ref.lockKey, ref.queue
+	if ref.fenced() {
+		args = append(args, ref.fence)
+	}
+	args[2] = len(args) - 3
+	args = append(args, ref.token, ref.channel, s.publish(), ref.fenceTTLMS)
+	if entry != nil {
+		args = append(args, entry)
+	}
+	c, err := s.queueClient(ctx, ref.key)
+	var res int64
+	if err == nil {
+		res, err = permitReleaseLua.run(ctx, c, args).Int64()
+	}
+	if s.sharded() && clusterRefused(err) {
+		return h.setStore.release(ctx, ref)
+	}
+	return res == 1, err
+}
+
+func (h permitHandles) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+	args := make([]any, 4, 8)
+	args[3] = ref.lockKey
+	if ref.fenced() {
+		args = append(args, ref.fence)
+	}
+	args[2] = len(args) - 3
+	args = append(args, ref.token, ttl.Milliseconds(), ref.fenceTTLMS)
+	res, err := permitConfirmLua.run(ctx, h.s.client, args).Int64Slice()
+	switch {
+	case err != nil:
+		return false, 0, err
+	case len(res) == 1 && res[0] == 0:
+		return false, 0, nil
+	case len(res) == 2 && res[0] == 1:
+		return true, res[1], nil
+	}
+	return false, 0, errBadReply
+}
 
 // rawPermits is what a store reads for Semaphore.Inspect.
 type rawPermits struct {

@@ -151,6 +151,7 @@ func (readKind) handles(st store) holdStore { return st.rwHandles() }
 func (readKind) member(token string) string { return "r:" + token }
 func (readKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
 func (readKind) queued() bool               { return false }
+func (readKind) handsOver() bool            { return false }
 func (readKind) hold() Hold                 { return HoldRead }
 func (readKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held or awaited by a writer", ErrNotObtained, key)
@@ -167,7 +168,8 @@ func (writeKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
 func (writeKind) hold() Hold                 { return HoldWrite }
 
 // queued: a waiting writer's intent lapses unless its attempts renew it.
-func (writeKind) queued() bool { return true }
+func (writeKind) queued() bool    { return true }
+func (writeKind) handsOver() bool { return false }
 func (writeKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held by readers or another writer", ErrNotObtained, key)
 }

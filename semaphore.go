@@ -143,8 +143,8 @@ func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
 // permitKind is a permit of a semaphore with a limit: see holdKind.
 type permitKind struct{ limit int }
 
-func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config, _ bool) (acquireRes, error) {
-	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit})
+func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool) (acquireRes, error) {
+	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit, queue: waiting})
 }
 
 func (permitKind) handles(st store) holdStore { return st.permits() }
@@ -153,7 +153,11 @@ func (permitKind) member(token string) string { return token }
 
 func (permitKind) needs(cfg *config) need { return needSemaphore | fenceNeed(cfg) }
 
-func (permitKind) queued() bool { return false }
+// queued: a waiter's entry in the handoff queue lapses unless its
+// attempts renew it.
+func (permitKind) queued() bool { return true }
+
+func (permitKind) handsOver() bool { return true }
 
 func (permitKind) hold() Hold { return HoldPermit }
 

@@ -3,6 +3,7 @@ package locksmith_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,9 @@ func TestSemaphoreCrashedHolderPermitComesBack(t *testing.T) {
 	require.NoError(t, live.Release(ctx))
 }
 
-func TestSemaphoreWaiterWokenByRelease(t *testing.T) {
+// A release hands the permit to the waiter queued for one, in the same
+// step, as a lock's does: the waiter sends nothing after the release.
+func TestSemaphoreReleaseHandsThePermitOver(t *testing.T) {
 	srv := redistest.Shared(t)
 	// Bounded: a waiter that is never served fails instead of hanging.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -159,10 +162,15 @@ func TestSemaphoreWaiterWokenByRelease(t *testing.T) {
 	before := attempts.n.Load()
 	released := time.Now()
 	require.NoError(t, holder.Release(ctx))
+	// Handed over by the release itself, before the waiter heard of it.
+	members := srv.Client(t).ZRange(ctx, key, 0, -1).Val()
+	require.Len(t, members, 1)
+	require.NotEqual(t, holder.Token(), members[0], "the release did not give the permit back")
 	r := <-got
 	require.NoError(t, r.err)
-	require.Less(t, r.at.Sub(released), 5*time.Second, "the waiter was not woken by the release")
-	require.EqualValues(t, 1, attempts.n.Load()-before, "attempts after the release")
+	require.Less(t, r.at.Sub(released), 5*time.Second, "the waiter did not hear of the handoff")
+	require.Equal(t, members[0], r.lk.Token(), "the waiter did not get the permit handed to it")
+	require.EqualValues(t, 0, attempts.n.Load()-before, "attempts after the release")
 	require.NoError(t, r.lk.Release(ctx))
 }
 
@@ -237,13 +245,55 @@ func TestSemaphoreCancelledWaitLeavesNothing(t *testing.T) {
 		got <- err
 	}()
 	waitSubscribed(t, raw, plainNames(key).Channel, 1)
+	queue := plainNames(key).Queue
+	eventually(t, 5*time.Second, func() bool { return raw.ZCard(t.Context(), queue).Val() == 2 }, "the waiter was not queued") // its entry's two members
 	cancel()
 	err = <-got
 	require.ErrorIs(t, err, locksmith.ErrNotObtained)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, []string{holder.Token()}, raw.ZRange(t.Context(), key, 0, -1).Val())
+	require.Zero(t, raw.Exists(t.Context(), queue).Val(), "the waiter's queue entry was left behind")
 	require.NoError(t, holder.Release(t.Context()))
-	require.Zero(t, raw.Exists(t.Context(), key).Val())
+	require.Zero(t, raw.Exists(t.Context(), key).Val(), "the release handed the permit to the waiter that left")
+}
+
+// Waiters of several Lockers are handed a semaphore's permit in the
+// order they queued, each with a fencing token above its predecessor's.
+func TestSemaphoreHandoffIsFirstComeFirstServed(t *testing.T) {
+	srv := redistest.Shared(t)
+	// Bounded: a waiter that is never served fails instead of hanging.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	raw := srv.Client(t)
+	queue := plainNames(key).Queue
+	holder, err := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1).Acquire(ctx, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	var got [3]chan obtained
+	for i := range got {
+		got[i] = make(chan obtained, 1)
+		sem := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1)
+		go func() {
+			p, err := sem.Acquire(ctx, locksmith.WithTTL(time.Minute), locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+			got[i] <- obtained{lk: p, err: err, at: time.Now()}
+		}()
+		eventually(t, 5*time.Second, func() bool { return raw.ZCard(ctx, queue).Val() == int64(2*(i+1)) }, "waiter %d was not queued", i)
+	}
+	waitSubscribed(t, raw, plainNames(key).Channel, 3)
+	prev := holder
+	for i := range got {
+		require.NoError(t, prev.Release(ctx))
+		r := <-got[i]
+		require.NoError(t, r.err, "waiter %d", i)
+		require.Greater(t, r.lk.Fence(), prev.Fence(), "waiter %d's fence", i)
+		require.Equal(t, []string{r.lk.Token()}, raw.ZRange(ctx, key, 0, -1).Val())
+		for j := i + 1; j < len(got); j++ {
+			require.Empty(t, got[j], "waiter %d was served before waiter %d", j, i)
+		}
+		prev = r.lk
+	}
+	require.NoError(t, prev.Release(ctx))
+	require.Zero(t, raw.Exists(ctx, key, queue).Val(), "the semaphore or its queue was left behind")
 }
 
 func TestSemaphoreLeaseRenewsThePermit(t *testing.T) {
@@ -522,4 +572,59 @@ func TestSemaphoreInspect(t *testing.T) {
 	st, err = sem.Inspect(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, st.Holders)
+}
+
+// A permit handed to a waiter that has waited more than half its TTL
+// since it queued is confirmed before Acquire returns it: its TTL starts
+// again, and it takes a fencing token of its own, above the one the
+// release announced (other holders take tokens meanwhile, so the
+// counter's is not the waiter's).
+func TestSemaphoreLateHandoffIsConfirmed(t *testing.T) {
+	srv := redistest.Shared(t)
+	// Bounded: a waiter that is never served fails instead of hanging.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	raw := srv.Client(t)
+	names := plainNames(key)
+	holder, err := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1).Acquire(ctx, locksmith.WithTTL(time.Minute))
+	require.NoError(t, err)
+	announcements := raw.Subscribe(ctx, names.Channel)
+	defer announcements.Close()
+	_, err = announcements.Receive(ctx) // the subscription
+	require.NoError(t, err)
+
+	const ttl = 400 * time.Millisecond
+	sem := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1)
+	got := make(chan obtained, 1)
+	go func() {
+		p, err := sem.Acquire(ctx, locksmith.WithTTL(ttl), locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
+		got <- obtained{lk: p, err: err, at: time.Now()}
+	}()
+	// Wait, by the server's clock, until the waiter has been queued for
+	// more than half its TTL.
+	eventually(t, 5*time.Second, func() bool {
+		entries := raw.ZRangeByScoreWithScores(ctx, names.Queue, &redis.ZRangeBy{Min: "0", Max: "+inf"}).Val()
+		now := raw.Time(ctx).Val()
+		return len(entries) == 1 && now.UnixMilli()-int64(entries[0].Score) > (ttl/2+50*time.Millisecond).Milliseconds()
+	}, "the waiter was not queued")
+	require.NoError(t, holder.Release(ctx))
+	released := time.Now()
+	msg, err := announcements.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	var announcedTTL, announcedFence int64
+	var token string
+	_, err = fmt.Sscanf(msg.Payload, "%d %d %s", &announcedTTL, &announcedFence, &token)
+	require.NoError(t, err, "the release announced %q, not a handoff", msg.Payload)
+	require.Greater(t, announcedFence, holder.Fence())
+
+	r := <-got
+	require.NoError(t, r.err)
+	require.Equal(t, token, r.lk.Token())
+	require.Greater(t, r.lk.Fence(), announcedFence, "the handed permit was not confirmed with a token of its own")
+	counter, err := raw.Get(ctx, names.Fence).Int64()
+	require.NoError(t, err)
+	require.Equal(t, counter, r.lk.Fence())
+	require.True(t, r.lk.Deadline().After(released.Add(ttl/2)), "the confirmed permit's validity did not start again")
+	require.NoError(t, r.lk.Release(ctx))
 }

@@ -145,10 +145,6 @@ type store interface {
 	holdStore
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
-	// confirm resets the TTL of a lock handed to ref's token, if it holds
-	// the token, and returns its fencing token as the counter has it (see
-	// confirm.lua); ok is false when it does not hold the token.
-	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 	// acquirePermit runs one attempt to take a permit of a semaphore, as
 	// permitReq describes; a refused attempt reports how long until the
 	// earliest permit expires as the holder's TTL.
@@ -207,6 +203,11 @@ type holdStore interface {
 	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
 	// pttl returns the lock's remaining TTL if it holds the token.
 	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
+	// confirm resets the TTL of a lock (or permit) handed to ref's token,
+	// if it holds the token, and returns the fencing token it holds it
+	// with (see confirm.lua and permit_confirm.lua); ok is false when it
+	// does not hold the token.
+	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 }
 
 // usage is what a call asks of a store, for store.allows: a value, so
