@@ -86,7 +86,7 @@ func (h setStore) release(ctx context.Context, ref lockRef) (bool, error) {
 	return res == 1, err
 }
 
-// withdraw is release: waiters for these holds are not queued in Redis
+// withdraw is release: waiters for a read-write lock are not queued in Redis
 // (a waiting writer's intent, which the release script also withdraws,
 // is the one trace they leave).
 func (h setStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {

@@ -1,9 +1,11 @@
--- Read a semaphore's unexpired permits and its last fencing token,
--- changing nothing.
+-- Read a semaphore's unexpired permits, its last fencing token and how
+-- many waiters are queued for a permit, changing nothing.
 -- KEYS[1]: the semaphore (see permit_acquire.lua). KEYS[2]: its fence
--- counter.
--- Returns {permits, fence}: permits is a flat list of token, ms left,
--- earliest expiry first; fence is the counter's value, or false.
+-- counter. KEYS[3]: its handoff queue.
+-- Returns {permits, fence, queued}: permits is a flat list of token, ms
+-- left, earliest expiry first; fence is the counter's value, or false;
+-- queued counts the live entries of the queue (an entry's lapse member is
+-- scored with minus when it lapses: see permit_acquire.lua).
 -- (hold_lib.lua comes first: it sets t and now.)
 local live = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 local permits = {}
@@ -11,4 +13,4 @@ for i = 1, #live, 2 do
   permits[#permits + 1] = live[i]
   permits[#permits + 1] = tonumber(live[i + 1]) - now
 end
-return {permits, redis.call('get', KEYS[2])}
+return {permits, redis.call('get', KEYS[2]), redis.call('zcount', KEYS[3], '-inf', '(' .. -now)}

@@ -161,17 +161,18 @@ type rawPermits struct {
 	holders  []PermitHolder
 	fence    string
 	hasFence bool
+	queued   int64
 	// listening is how many connections are subscribed to the
 	// semaphore's release channel.
 	listening int64
 }
 
 func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, error) {
-	res, err := permitInspectLua.run(ctx, s.client, []any{nil, nil, 2, k.Lock, k.Fence}).Slice()
+	res, err := permitInspectLua.run(ctx, s.client, []any{nil, nil, 3, k.Lock, k.Fence, k.Queue}).Slice()
 	if err != nil {
 		return rawPermits{}, err
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return rawPermits{}, errBadReply
 	}
 	var raw rawPermits
@@ -185,6 +186,7 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 		raw.holders = append(raw.holders, PermitHolder{Token: token, TTL: time.Duration(ms) * time.Millisecond})
 	}
 	raw.fence, raw.hasFence = res[1].(string)
+	raw.queued, _ = res[2].(int64)
 	raw.listening, err = s.listening(ctx, k.Channel)
 	if redis.HasErrorPrefix(err, "NOPERM") {
 		// Counting them takes PUBSUB NUMSUB, which a user confined to

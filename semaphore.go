@@ -23,13 +23,15 @@ import (
 // Obtain on a semaphore's key fails with a Redis WRONGTYPE error, and
 // Acquire on a lock's key does too.
 //
-// Waiting works as for Obtain: a release is announced on the semaphore's
-// channel, only the longest-waiting caller of each Locker tries, callers
-// of one Locker are served in arrival order, and a permit that expires
-// unannounced is noticed within the retry strategy's delay (or when the
-// earliest permit's TTL runs out, which every refused attempt reports).
-// Unlike a lock, a permit is not handed over to a waiter by the release
-// itself: the waiter that hears of it takes it, in one more round trip.
+// Waiting works as for Obtain: a waiter whose attempt finds every permit
+// held is queued in the semaphore's handoff queue, and a release hands
+// its permit straight to the first live entry there, in the same step,
+// and announces it: the permit passes from one holder to the next in the
+// release's one round trip, Lockers are served first come, first served,
+// and callers of one Locker in arrival order. A permit that expires
+// unreleased (its holder crashed) is noticed within the retry strategy's
+// delay, or when the earliest permit's TTL runs out, which every refused
+// attempt reports.
 //
 // A Semaphore is a small value that holds no state of its own; make one
 // with Locker.Semaphore wherever it is needed. Its methods are safe for
@@ -174,13 +176,15 @@ type SemaphoreStatus struct {
 	// Fence is the last fencing token issued for the key (see
 	// WithFencing), or 0 when none was.
 	Fence int64
+	// Queued is the number of waiters queued for a handoff of a permit:
+	// about one per Locker with Acquire calls waiting for one. Waiters on
+	// a Locker from NewQuorum are not queued (it refuses semaphores).
+	Queued int
 	// Listening is how many pub/sub connections listen for the
 	// semaphore's releases: about one per Locker with Acquire calls
 	// waiting for a permit (a Locker keeps listening for half a second
-	// after its last wait). Waiters for a permit are not queued in
-	// Redis, so this is the only trace of them there. It is -1 when they
-	// could not be counted: PUBSUB NUMSUB (SHARDNUMSUB on Redis Cluster)
-	// was refused.
+	// after its last wait). It is -1 when they could not be counted:
+	// PUBSUB NUMSUB (SHARDNUMSUB on Redis Cluster) was refused.
 	Listening int
 }
 
@@ -194,7 +198,8 @@ type PermitHolder struct {
 
 // Inspect reads the state of the semaphore, for status pages and
 // operators: who holds its permits and for how long, the last fencing
-// token issued for it, and how many Lockers listen for its releases. It
+// token issued for it, how many waiters are queued for a permit, and how
+// many Lockers listen for its releases. It
 // changes nothing and holds no permit. The permits and the fence are read
 // in one step; the listeners just after. The options are checked as for
 // Acquire, but only the prefix matters.
@@ -208,7 +213,7 @@ func (s *Semaphore) Inspect(ctx context.Context, opts ...Option) (SemaphoreStatu
 	if err != nil {
 		return SemaphoreStatus{}, fmt.Errorf("locksmith: inspect semaphore %q: %w", s.key, err)
 	}
-	st := SemaphoreStatus{Holders: raw.holders, Listening: int(raw.listening)}
+	st := SemaphoreStatus{Holders: raw.holders, Queued: int(raw.queued), Listening: int(raw.listening)}
 	if raw.hasFence {
 		st.Fence, err = strconv.ParseInt(raw.fence, 10, 64)
 		if err != nil {

@@ -497,6 +497,7 @@ func TestSemaphoreCluster(t *testing.T) {
 	require.Len(t, st.Holders, 2)
 	require.Equal(t, b.Fence(), st.Fence)
 	require.Equal(t, 1, st.Listening, "the waiter's sharded subscription")
+	require.Equal(t, 1, st.Queued, "the waiter's entry in the handoff queue")
 	released := time.Now()
 	require.NoError(t, a.Release(ctx))
 	r := <-got
@@ -543,6 +544,7 @@ func TestSemaphoreInspect(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, st.Holders)
 	require.Zero(t, st.Fence)
+	require.Zero(t, st.Queued)
 
 	long, err := sem.Acquire(ctx, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
@@ -564,6 +566,7 @@ func TestSemaphoreInspect(t *testing.T) {
 	require.InDelta(t, 60, st.Holders[1].TTL.Seconds(), 5)
 	require.Equal(t, short.Fence(), st.Fence)
 	require.Equal(t, 1, st.Listening)
+	require.Equal(t, 1, st.Queued, "the waiter's entry in the handoff queue")
 
 	cancel()
 	require.ErrorIs(t, <-waiting, context.Canceled)
@@ -572,6 +575,7 @@ func TestSemaphoreInspect(t *testing.T) {
 	st, err = sem.Inspect(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, st.Holders)
+	require.Zero(t, st.Queued)
 }
 
 // A permit handed to a waiter that has waited more than half its TTL

@@ -133,7 +133,7 @@ func (smithSemLib) name() string { return "locksmith semaphore" }
 func (smithSemLib) runsOn() topology { return mainServer }
 
 func (smithSemLib) settings() string {
-	return "working tree; New(client), each call Semaphore(key, n).Acquire(ctx, WithTTL(10s), WithRetry(LinearBackoff(50ms))), woken by release announcements, waits bounded by the ctx deadline"
+	return "working tree; New(client), each call Semaphore(key, n).Acquire(ctx, WithTTL(10s), WithRetry(LinearBackoff(50ms))), handed permits by releases, waits bounded by the ctx deadline"
 }
 
 func (s smithSemLib) newLocker(d *deployment) (locker, error) {

@@ -52,15 +52,17 @@ func TestRunLimit(t *testing.T) {
 			TTL   int64  `json:"ttl_ms"`
 		} `json:"holders"`
 		Listening int `json:"listening"`
+		Queued    int `json:"queued"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
 		t.Fatalf("status --json: exit %d, stdout %q, stderr %q (%v)", code, stdout, stderr, err)
 	}
-	if st.Kind != "semaphore" || len(st.Holders) != 2 || st.Holders[0].TTL <= 0 || st.Listening != 1 {
-		t.Errorf("status --json = %+v; want a semaphore with 2 holders and 1 listener", st)
+	if st.Kind != "semaphore" || len(st.Holders) != 2 || st.Holders[0].TTL <= 0 || st.Listening != 1 || st.Queued != 1 {
+		t.Errorf("status --json = %+v; want a semaphore with 2 holders, 1 listener and 1 queued waiter", st)
 	}
 	code, stdout, _ = locksmith(t, nil, "status", "--redis", url, "--key", key)
-	if code != 0 || !strings.Contains(stdout, "has 2 permits held:") || !strings.Contains(stdout, "1 process listening") {
+	if code != 0 || !strings.Contains(stdout, "has 2 permits held:") || !strings.Contains(stdout, "1 process listening") ||
+		!strings.Contains(stdout, "1 waiter queued for a permit") {
 		t.Errorf("status: exit %d, stdout %q; want the permits and the waiter", code, stdout)
 	}
 	touch(t, dir+"/a-finish")

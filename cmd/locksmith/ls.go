@@ -74,9 +74,8 @@ type lsEntry struct {
 	// Fence is the last fencing token issued for the key; absent when
 	// none was.
 	Fence int64 `json:"fence,omitempty"`
-	// Waiters counts the waiters: queued for a lock or an election,
-	// listening for a semaphore's releases (-1 when the Redis user may
-	// not count them), writers waiting for a read-write lock.
+	// Waiters counts the waiters: queued for a lock, an election or a
+	// semaphore's permit, writers waiting for a read-write lock.
 	Waiters int `json:"waiters,omitempty"`
 }
 
@@ -255,7 +254,7 @@ func lsRead(ctx context.Context, locker *locksmith.Locker, prefix, key string) (
 		if len(st.Holders) == 0 {
 			return lsEntry{}, false, nil
 		}
-		e.Kind, e.Holders, e.TTLMillis, e.Fence, e.Waiters = "semaphore", len(st.Holders), soonest(st.Holders), st.Fence, st.Listening
+		e.Kind, e.Holders, e.TTLMillis, e.Fence, e.Waiters = "semaphore", len(st.Holders), soonest(st.Holders), st.Fence, st.Queued
 	case rwState:
 		holds, mode := st.Readers, "read"
 		if st.Writer != nil {
@@ -296,9 +295,6 @@ func (u *ui) printLocks(locks []lsEntry) {
 		}
 		if e.Fence != 0 {
 			fence = strconv.FormatInt(e.Fence, 10)
-		}
-		if e.Waiters < 0 {
-			waiters = "?"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(e.Key), e.Kind, holders, holder, ttl, fence, waiters)
 	}

@@ -24,6 +24,9 @@ type semaphoreState struct {
 	// Fence is the last fencing token issued for the key (run --limit
 	// --fencing); absent when none was.
 	Fence int64 `json:"fence,omitempty"`
+	// Queued is how many waiters are queued for a handoff of a permit:
+	// about one per process waiting for one.
+	Queued int `json:"queued,omitempty"`
 	// Listening is how many connections listen for the semaphore's
 	// releases: about one per process waiting for a permit; -1 when the
 	// Redis user may not count them.
@@ -38,7 +41,7 @@ type permitState struct {
 
 func newSemaphoreState(prefix, key string, s locksmith.SemaphoreStatus) semaphoreState {
 	st := semaphoreState{Key: key, RedisKey: prefix + key, Kind: "semaphore", Fence: s.Fence,
-		Listening: s.Listening, Holders: []permitState{}}
+		Queued: s.Queued, Listening: s.Listening, Holders: []permitState{}}
 	for _, h := range s.Holders {
 		st.Holders = append(st.Holders, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
 	}
@@ -70,6 +73,12 @@ func (st semaphoreState) describe(time.Time) string {
 		lines = append(lines, "1 process listening for its releases (waiting for a permit)")
 	default:
 		lines = append(lines, fmt.Sprintf("%d processes listening for its releases (waiting for a permit)", st.Listening))
+	}
+	switch {
+	case st.Queued == 1:
+		lines = append(lines, "1 waiter queued for a permit")
+	case st.Queued > 1:
+		lines = append(lines, fmt.Sprintf("%d waiters queued for a permit", st.Queued))
 	}
 	if st.Fence != 0 {
 		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))
