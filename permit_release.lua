@@ -24,7 +24,8 @@
 -- done (waiters notice it by polling).
 -- Returns 1 when released, 0 when the caller held no unexpired permit (an
 -- expired one is removed all the same).
--- (hold_lib.lua comes first: it sets t and now.)
+-- (hold_lib.lua and queue_lib.lua come first: they set t and now, and
+-- pop_entry.)
 local me = ARGV[1]
 local expires = redis.call('zscore', KEYS[1], me)
 local last_fence
@@ -43,29 +44,16 @@ if tonumber(expires) <= now then
 end
 
 if redis.call('exists', KEYS[2]) == 1 then
-  -- Drop the lapsed entries (see permit_acquire.lua for the two members
-  -- of each), then take the one that arrived first.
-  for _, l in ipairs(redis.call('zrangebyscore', KEYS[2], -now, '(0')) do
-    redis.call('zrem', KEYS[2], l, 'a' .. string.sub(l, 2))
-  end
-  while true do
-    local e = redis.call('zrangebyscore', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)
-    if #e == 0 then
-      break
+  local ttl, fenced, token = pop_entry(KEYS[2], now, KEYS[3] ~= nil)
+  if ttl then
+    redis.call('zadd', KEYS[1], now + tonumber(ttl), token)
+    keep(KEYS[1])
+    local fence = 0
+    if fenced then
+      fence = take_fence(KEYS[3], last_fence, ARGV[4])
     end
-    local entry = string.sub(e[1], 3)
-    redis.call('zrem', KEYS[2], e[1], 'l:' .. entry)
-    local ttl, fenced, token = string.match(entry, '^(%d+) ([01]) (.+)$')
-    if ttl and (fenced == '0' or KEYS[3]) then
-      redis.call('zadd', KEYS[1], now + tonumber(ttl), token)
-      keep(KEYS[1])
-      local fence = 0
-      if fenced == '1' then
-        fence = take_fence(KEYS[3], last_fence, ARGV[4])
-      end
-      redis.pcall(ARGV[3], ARGV[2], ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
-      return 1
-    end
+    redis.pcall(ARGV[3], ARGV[2], ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
+    return 1
   end
 end
 redis.pcall(ARGV[3], ARGV[2], '')

@@ -28,7 +28,7 @@ var (
 
 	permitAcquireLua = newHoldScript(permitAcquireSrc)
 	permitInspectLua = newHoldScript(permitInspectSrc)
-	permitReleaseLua = newHoldScript(permitReleaseSrc)
+	permitReleaseLua = newHoldScript(queueLibSrc + permitReleaseSrc)
 	permitConfirmLua = newHoldScript(permitConfirmSrc)
 )
 
@@ -137,23 +137,7 @@ func (h permitHandles) releasePermit(ctx context.Context, ref lockRef, entry any
 }
 
 func (h permitHandles) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
-	args := make([]any, 4, 8)
-	args[3] = ref.lockKey
-	if ref.fenced() {
-		args = append(args, ref.fence)
-	}
-	args[2] = len(args) - 3
-	args = append(args, ref.token, ttl.Milliseconds(), ref.fenceTTLMS)
-	res, err := permitConfirmLua.run(ctx, h.s.client, args).Int64Slice()
-	switch {
-	case err != nil:
-		return false, 0, err
-	case len(res) == 1 && res[0] == 0:
-		return false, 0, nil
-	case len(res) == 2 && res[0] == 1:
-		return true, res[1], nil
-	}
-	return false, 0, errBadReply
+	return h.s.runConfirm(ctx, permitConfirmLua, ref, ttl)
 }
 
 // rawPermits is what a store reads for Semaphore.Inspect.

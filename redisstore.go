@@ -278,6 +278,12 @@ func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration
 }
 
 func (s scriptStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+	return s.runConfirm(ctx, confirmLua, ref, ttl)
+}
+
+// runConfirm runs script, confirm.lua or permit_confirm.lua, which take
+// the same arguments and answer alike, for ref with ttl.
+func (s scriptStore) runConfirm(ctx context.Context, script luaScript, ref lockRef, ttl time.Duration) (bool, int64, error) {
 	args := make([]any, 4, 9)
 	args[3] = ref.lockKey
 	if ref.fenced() {
@@ -285,7 +291,7 @@ func (s scriptStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration
 	}
 	args[2] = len(args) - 3
 	args = append(args, ref.token, ttl.Milliseconds(), ref.fenceTTLMS)
-	res, err := confirmLua.run(ctx, s.client, args).Int64Slice()
+	res, err := script.run(ctx, s.client, args).Int64Slice()
 	switch {
 	case err != nil:
 		return false, 0, err

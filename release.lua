@@ -11,8 +11,8 @@
 -- ms, or 0 for ever. ARGV[5], optional: the caller's own queue entry,
 -- removed when the caller does not hold the lock (a waiter that gives up).
 --
--- Entries that lapsed are dropped first; the handoff goes to the live entry
--- that arrived first. It takes a fencing token for the entry when it asks
+-- (queue_lib.lua comes first.) Entries that lapsed are dropped first; the
+-- handoff goes to the live entry that arrived first. It takes a fencing token for the entry when it asks
 -- for one, sets the lock key to the entry's token with the entry's TTL,
 -- and announces "<ttl ms> <fence> <token>"; a plain release announces an
 -- empty message. An entry that asks for a fencing token is skipped when
@@ -40,35 +40,22 @@ end
 if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  -- Drop the lapsed entries (see obtain.lua for the two members of each),
-  -- then take the one that arrived first.
-  for _, l in ipairs(redis.call('zrangebyscore', KEYS[2], -now, '(0')) do
-    redis.call('zrem', KEYS[2], l, 'a' .. string.sub(l, 2))
-  end
-  while true do
-    local e = redis.call('zrangebyscore', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)
-    if #e == 0 then
-      break
-    end
-    local entry = string.sub(e[1], 3)
-    redis.call('zrem', KEYS[2], e[1], 'l:' .. entry)
-    local ttl, fenced, token = string.match(entry, '^(%d+) ([01]) (.+)$')
-    if ttl and (fenced == '0' or KEYS[3]) then
-      local fence = 0
-      if fenced == '1' then
-        local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-        local last = tonumber(redis.call('get', KEYS[3]) or '0')
-        fence = math.max(last + 1, now_us)
-        if ARGV[4] ~= '0' then
-          redis.call('set', KEYS[3], string.format('%d', fence), 'PX', ARGV[4])
-        else
-          redis.call('set', KEYS[3], string.format('%d', fence))
-        end
+  local ttl, fenced, token = pop_entry(KEYS[2], now, KEYS[3] ~= nil)
+  if ttl then
+    local fence = 0
+    if fenced then
+      local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      local last = tonumber(redis.call('get', KEYS[3]) or '0')
+      fence = math.max(last + 1, now_us)
+      if ARGV[4] ~= '0' then
+        redis.call('set', KEYS[3], string.format('%d', fence), 'PX', ARGV[4])
+      else
+        redis.call('set', KEYS[3], string.format('%d', fence))
       end
-      redis.call('set', KEYS[1], token, 'PX', ttl)
-      announce(ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
-      return 1
     end
+    redis.call('set', KEYS[1], token, 'PX', ttl)
+    announce(ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
+    return 1
   end
 end
 redis.call('del', KEYS[1])

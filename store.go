@@ -33,6 +33,8 @@ var (
 	//go:embed confirm.lua
 	confirmSrc string
 
+	//go:embed queue_lib.lua
+	queueLibSrc string
 	//go:embed try.lua
 	trySrc string
 )
@@ -48,7 +50,7 @@ func newLuaScript(src string) luaScript {
 }
 
 var (
-	releaseLua = newLuaScript(releaseSrc)
+	releaseLua = newLuaScript(queueLibSrc + releaseSrc)
 	refreshLua = newLuaScript(refreshSrc)
 	pttlLua    = newLuaScript(pttlSrc)
 	confirmLua = newLuaScript(confirmSrc)
