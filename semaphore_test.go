@@ -151,11 +151,7 @@ func TestSemaphoreReleaseHandsThePermitOver(t *testing.T) {
 
 	attempts := &scripts{}
 	sem := newLocker(t, newClient(t, srv.Options(), []redis.Hook{attempts})).Semaphore(key, 1)
-	got := make(chan obtained, 1)
-	go func() {
-		p, err := sem.Acquire(ctx, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
-		got <- obtained{lk: p, err: err, at: time.Now()}
-	}()
+	got := acquireInBackground(ctx, sem, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 	// Subscribed, and past the attempt made on the confirmation.
 	waitSubscribed(t, srv.Client(t), plainNames(key).Channel, 1)
 	attempts.wait(t, 3) // the permission check, the first attempt, the one on the confirmation
@@ -186,11 +182,7 @@ func TestSemaphoreUnannouncedRelease(t *testing.T) {
 	holder, err := newLocker(t, srv.Client(t)).Semaphore(key, 1).Acquire(ctx, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
 	sem := newLocker(t, srv.Client(t)).Semaphore(key, 1)
-	got := make(chan obtained, 1)
-	go func() {
-		p, err := sem.Acquire(ctx, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
-		got <- obtained{lk: p, err: err, at: time.Now()}
-	}()
+	got := acquireInBackground(ctx, sem, locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
 	waitSubscribed(t, raw, plainNames(key).Channel, 1)
 	removed := time.Now()
 	require.EqualValues(t, 1, raw.ZRem(ctx, key, holder.Token()).Val())
@@ -269,14 +261,10 @@ func TestSemaphoreHandoffIsFirstComeFirstServed(t *testing.T) {
 	queue := plainNames(key).Queue
 	holder, err := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1).Acquire(ctx, locksmith.WithTTL(time.Minute))
 	require.NoError(t, err)
-	var got [3]chan obtained
+	var got [3]<-chan obtained
 	for i := range got {
-		got[i] = make(chan obtained, 1)
 		sem := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1)
-		go func() {
-			p, err := sem.Acquire(ctx, locksmith.WithTTL(time.Minute), locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
-			got[i] <- obtained{lk: p, err: err, at: time.Now()}
-		}()
+		got[i] = acquireInBackground(ctx, sem, locksmith.WithTTL(time.Minute), locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 		eventually(t, 5*time.Second, func() bool { return raw.ZCard(ctx, queue).Val() == int64(2*(i+1)) }, "waiter %d was not queued", i)
 	}
 	waitSubscribed(t, raw, plainNames(key).Channel, 3)
@@ -486,11 +474,7 @@ func TestSemaphoreCluster(t *testing.T) {
 	require.Greater(t, b.Fence(), a.Fence())
 
 	sem := newLocker(t, clusterClient(t, cl), locksmith.WithFencing()).Semaphore(key, 2)
-	got := make(chan obtained, 1)
-	go func() {
-		p, err := sem.Acquire(ctx, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
-		got <- obtained{lk: p, err: err, at: time.Now()}
-	}()
+	got := acquireInBackground(ctx, sem, locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 	waitShardSubscribed(t, cl, plainNames(key).Channel, 1)
 	st, err := sem.Inspect(ctx)
 	require.NoError(t, err)
@@ -600,11 +584,7 @@ func TestSemaphoreLateHandoffIsConfirmed(t *testing.T) {
 
 	const ttl = 400 * time.Millisecond
 	sem := newLocker(t, srv.Client(t), locksmith.WithFencing()).Semaphore(key, 1)
-	got := make(chan obtained, 1)
-	go func() {
-		p, err := sem.Acquire(ctx, locksmith.WithTTL(ttl), locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
-		got <- obtained{lk: p, err: err, at: time.Now()}
-	}()
+	got := acquireInBackground(ctx, sem, locksmith.WithTTL(ttl), locksmith.WithRetry(locksmith.LinearBackoff(time.Hour)))
 	// Wait, by the server's clock, until the waiter has been queued for
 	// more than half its TTL.
 	eventually(t, 5*time.Second, func() bool {
@@ -631,4 +611,15 @@ func TestSemaphoreLateHandoffIsConfirmed(t *testing.T) {
 	require.Equal(t, counter, r.lk.Fence())
 	require.True(t, r.lk.Deadline().After(released.Add(ttl/2)), "the confirmed permit's validity did not start again")
 	require.NoError(t, r.lk.Release(ctx))
+}
+
+// acquireInBackground starts sem.Acquire(ctx, opts...) and returns where
+// its result will be, with when it returned.
+func acquireInBackground(ctx context.Context, sem *locksmith.Semaphore, opts ...locksmith.Option) <-chan obtained {
+	got := make(chan obtained, 1)
+	go func() {
+		p, err := sem.Acquire(ctx, opts...)
+		got <- obtained{lk: p, err: err, at: time.Now()}
+	}()
+	return got
 }
