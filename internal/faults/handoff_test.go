@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/locksmith-go/locksmith"
@@ -33,6 +34,10 @@ import (
 // porcupine: Illegal): a waiter's lock came back with the first
 // handoff's fence, below those of three holders in between, 165ms after
 // its Deadline, and its write was refused while Redis held its lock.
+//
+// A semaphore's release hands a permit over the same way, and its
+// waiters meet the same late announcement: the scenario runs on a
+// semaphore of one permit too.
 func TestLateHandoffAnnouncement(t *testing.T) {
 	srv := redistest.New(t)
 	cases := []struct {
@@ -44,9 +49,75 @@ func TestLateHandoffAnnouncement(t *testing.T) {
 		{name: "fence"},
 		{name: "deadline", lateRefresh: true},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { lateHandoff(t, srv, tc.name, tc.lateRefresh) })
+	for _, kind := range []handedKind{lockKind{}, permitKind{}} {
+		for _, tc := range cases {
+			t.Run(kind.name()+"/"+tc.name, func(t *testing.T) {
+				lateHandoff(t, srv, kind, kind.name()+"-"+tc.name, tc.lateRefresh)
+			})
+		}
 	}
+}
+
+// A handedKind is a kind of hold that a release hands over: a lock, or a
+// permit of a semaphore of one.
+type handedKind interface {
+	name() string
+	// take takes the hold on key with l, recorded by tr.
+	take(ctx context.Context, tr *tracker, l *locksmith.Locker, key string, opts ...locksmith.Option) (*holding, error)
+	// queued returns how many waiters are queued for key, as l reads it.
+	queued(ctx context.Context, l *locksmith.Locker, key string) (int, error)
+	// holders returns the tokens that hold key in Redis, as raw reads them.
+	holders(ctx context.Context, raw *redis.Client, key string) []string
+	// scripts returns the scripts the scenario loads before it starts,
+	// beyond those that taking, refreshing and releasing a hold load:
+	// the one that confirms a handoff.
+	scripts() ([]string, error)
+}
+
+type lockKind struct{}
+
+func (lockKind) name() string { return "lock" }
+func (lockKind) take(ctx context.Context, tr *tracker, l *locksmith.Locker, key string, opts ...locksmith.Option) (*holding, error) {
+	return tr.obtain(ctx, l, key, opts...)
+}
+func (lockKind) queued(ctx context.Context, l *locksmith.Locker, key string) (int, error) {
+	st, err := l.Inspect(ctx, key)
+	return st.Queued, err
+}
+func (lockKind) holders(ctx context.Context, raw *redis.Client, key string) []string {
+	return []string{raw.Get(ctx, key).Val()}
+}
+func (lockKind) scripts() ([]string, error) { return readScripts("confirm.lua") }
+
+type permitKind struct{}
+
+func (permitKind) name() string { return "permit" }
+func (permitKind) take(ctx context.Context, tr *tracker, l *locksmith.Locker, key string, opts ...locksmith.Option) (*holding, error) {
+	return tr.acquire(ctx, l.Semaphore(key, 1), opts...)
+}
+func (permitKind) queued(ctx context.Context, l *locksmith.Locker, key string) (int, error) {
+	st, err := l.Semaphore(key, 1).Inspect(ctx)
+	return st.Queued, err
+}
+func (permitKind) holders(ctx context.Context, raw *redis.Client, key string) []string {
+	return raw.ZRange(ctx, key, 0, -1).Val()
+}
+func (permitKind) scripts() ([]string, error) {
+	return readScripts("hold_lib.lua", "permit_confirm.lua")
+}
+
+// readScripts returns the text of the library's Lua files, joined into
+// one script.
+func readScripts(files ...string) ([]string, error) {
+	var src []byte
+	for _, f := range files {
+		b, err := os.ReadFile("../../" + f)
+		if err != nil {
+			return nil, err
+		}
+		src = append(src, b...)
+	}
+	return []string{string(src)}, nil
 }
 
 // lateHandoff runs the scenario once on key. The proxy in front of W
@@ -54,7 +125,7 @@ func TestLateHandoffAnnouncement(t *testing.T) {
 // the scenario needs, once what comes before has been observed, so no
 // step depends on how fast a loaded machine runs; the only clock is the
 // TTL of the locks handed to W, and each of W's steps is taken at once.
-func lateHandoff(t *testing.T, srv *redistest.Server, key string, lateRefresh bool) {
+func lateHandoff(t *testing.T, srv *redistest.Server, kind handedKind, key string, lateRefresh bool) {
 	pw := newProxy(t, srv.Addr)
 	r := newRun()
 	ctx := t.Context()
@@ -68,9 +139,9 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, lateRefresh bo
 	keys, err := lh.Keys(key)
 	require.NoError(t, err)
 	queued := func() bool {
-		st, err := lh.Inspect(ctx, key)
+		n, err := kind.queued(ctx, lh, key)
 		require.NoError(t, err)
-		return st.Queued == 1
+		return n == 1
 	}
 	// The pieces held back, in order: 1, the reply to W's attempt in
 	// flight at the first handoff; 2, the first announcement; 3, the
@@ -79,20 +150,26 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, lateRefresh bo
 	heldBack := func(n int) func() bool { return func() bool { return pw.HeldBack(faults.ToClient) == n } }
 
 	// Load the scripts first, so that each of W's calls is one round trip.
-	warm, err := lh.Obtain(ctx, key+"-warm-up")
+	warm, err := kind.take(ctx, newRun().tracker("warm-up"), lh, key+"-warm-up") // not in r's history
 	require.NoError(t, err)
-	require.NoError(t, warm.Refresh(ctx, time.Second))
-	require.NoError(t, warm.Release(ctx))
+	require.NoError(t, warm.lk.Refresh(ctx, time.Second))
+	require.NoError(t, warm.lk.Release(ctx))
 	// And the one that confirms a handoff heard late, which W runs last.
-	confirm, err := os.ReadFile("../../confirm.lua")
+	scripts, err := kind.scripts()
 	require.NoError(t, err)
-	require.NoError(t, raw.ScriptLoad(ctx, string(confirm)).Err())
+	for _, src := range scripts {
+		require.NoError(t, raw.ScriptLoad(ctx, src).Err())
+	}
 
-	hh, err := h.obtain(ctx, lh, key)
+	hh, err := kind.take(ctx, h, lh, key)
 	require.NoError(t, err)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	got := obtainAsync(wctx, w, lw, key, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
+	got := make(chan obtainResult, 1)
+	go func() {
+		h, err := kind.take(wctx, w, lw, key, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
+		got <- obtainResult{h, err}
+	}()
 	require.Eventually(t, queued, 10*time.Second, time.Millisecond, "W never queued")
 	// Once W's Locker listens, what comes back to it is the replies to its
 	// attempts, until a release announces.
@@ -110,7 +187,7 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, lateRefresh bo
 	// X gets the lock once the handed one has expired unused, and writes.
 	xctx, cancelX := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelX()
-	hx, err := x.obtain(xctx, lx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
+	hx, err := kind.take(xctx, x, lx, key, locksmith.WithRetry(locksmith.LinearBackoff(5*time.Millisecond)))
 	require.NoError(t, err)
 	ok, _ := hx.write(r.store)
 	require.True(t, ok)
@@ -159,7 +236,7 @@ func lateHandoff(t *testing.T, srv *redistest.Server, key string, lateRefresh bo
 	}
 	require.NoError(t, res.err)
 	hw := res.h
-	require.Equal(t, hw.lk.Token(), raw.Get(ctx, key).Val(), "W's lock is not in Redis")
+	require.Equal(t, []string{hw.lk.Token()}, kind.holders(ctx, raw, key), "W's lock is not in Redis")
 	fence, err := raw.Get(ctx, keys.Fence).Int64()
 	require.NoError(t, err)
 	t.Logf("W's fence %d, X's %d, the fence counter's %d; W's Deadline %v after its Obtain returned",
