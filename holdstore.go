@@ -37,8 +37,9 @@ var errBadReply = errors.New("unexpected reply from a script")
 
 // acquireHold runs script, an acquire script of a sorted-set hold, for
 // ref with its arguments: the member (ref.token), the TTL in ms, extra,
-// and the fence counter's TTL. The script answers {1, fence, more} or
-// {0, ms until what stops the caller expires}.
+// and the fence counter's TTL. The script answers {1, fence, more},
+// {0, ms until what stops the caller expires}, or {-1} when the key holds
+// another kind of hold (ErrWrongKind).
 func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
 	return s.acquireHoldOn(ctx, s.client, script, ref, ttlMS, extra, "")
 }
