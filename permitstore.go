@@ -93,12 +93,9 @@ func (h permitHandles) release(ctx context.Context, ref lockRef) (bool, error) {
 // withdraw takes a waiter's entry out of the handoff queue, and gives
 // back the permit if one was handed to it (to the next waiter).
 func (h permitHandles) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
-	if ref.queue == "" {
-		return h.setStore.withdraw(ctx, ref, ttlMS)
-	}
 	ok, err := h.releasePermit(ctx, ref, queueEntry(ttlMS, ref.fenced(), ref.token.(string)))
 	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	if errors.As(err, &rerr) && ref.queue != "" {
 		// Refused, maybe on the queue (an ACL rule): still give back the
 		// permit if it is the caller's; the entry lapses.
 		ok2, err2 := h.setStore.release(ctx, ref)

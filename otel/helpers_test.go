@@ -198,18 +198,6 @@ func count(n uint64) func(point) bool { return func(p point) bool { return p.cou
 // value accepts a sum point of value v.
 func value(v int64) func(point) bool { return func(p point) bool { return p.value == v } }
 
-// eventually fails t unless cond becomes true within d, polling.
-func eventually(t *testing.T, d time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // ended returns the spans ended so far with name.
 func (r *rig) ended(name string) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan

@@ -103,10 +103,11 @@ func TestHandoffAndSubscriber(t *testing.T) {
 	}()
 	r.waitMetric(t, locksmithotel.ObtainActiveName, lockOnly, value(1))
 	r.waitMetric(t, locksmithotel.ConnectionsName, "", value(1))
-	eventually(t, 5*time.Second, func() bool {
+	// The waiter's queue entry, which the release hands the lock to.
+	require.Eventually(t, func() bool {
 		st, err := plain.Inspect(ctx, key)
 		return err == nil && st.Queued == 1
-	}, func() string { return "the waiter queued" })
+	}, 5*time.Second, time.Millisecond, "the waiter did not queue")
 	require.NoError(t, holder.Release(ctx))
 	var res result
 	select {
