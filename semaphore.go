@@ -19,9 +19,10 @@ import (
 // plus key, as for a lock), each scored by when it expires. Whether a
 // permit is free is decided atomically, in one script, by the Redis
 // server's clock: at most n unexpired permits exist at any moment, when
-// every caller passes the same n. A name is either a lock or a semaphore:
-// Obtain on a semaphore's key fails with a Redis WRONGTYPE error, and
-// Acquire on a lock's key does too.
+// every caller passes the same n. A name is one kind of lock: Obtain on a
+// semaphore's key fails with a Redis WRONGTYPE error, and Acquire on a
+// lock's key does too; Acquire on a read-write lock's key, and a read or
+// write on a semaphore's, fail with ErrWrongKind.
 //
 // Waiting works as for Obtain: a waiter whose attempt finds every permit
 // held is queued in the semaphore's handoff queue, and a release hands
