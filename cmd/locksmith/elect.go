@@ -316,7 +316,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // resign ends term. When Redis cannot answer, the term is no longer
 // renewed (see Term.Resign): another candidate, or this one campaigning
 // again, leads within the TTL. It returns nil, an error matching
-// ErrNotHeld when leadership had ended already, or the failure, reported.
+// ErrNotHeld when leadership had ended already (not reported), or the
+// failure, reported.
 func (el *elector) resign(term *locksmith.Term) error {
 	ctx, cancel := context.WithTimeout(context.Background(), el.flags.timeout)
 	defer cancel()
@@ -325,7 +326,8 @@ func (el *elector) resign(term *locksmith.Term) error {
 	case err == nil:
 		el.report(slog.LevelInfo, "resigned", "")
 	case errors.Is(err, locksmith.ErrNotHeld):
-		el.report(slog.LevelWarn, "resign_failed", "", slog.String("error", errText(err)))
+		// Leadership had ended: the term's loss is what the caller, or
+		// the lease's watch before it, reports.
 	default:
 		el.report(slog.LevelWarn, "resign_failed", fmt.Sprintf("could not resign from election %q (another candidate takes over within %v): %s",
 			el.flags.key, el.flags.ttl, errText(err)), slog.String("error", errText(err)))

@@ -250,8 +250,8 @@ to COMMAND while it runs, and otherwise ignored.
 VALUE (default HOST:PID, the host's name and elect's process id; at most
 4096 bytes) is what observers see of the leader. --observe runs no
 COMMAND and campaigns for nothing: it prints the current leader, then one
-line for each change (a new leader, or nobody leading), until SIGINT or
-SIGTERM, and then exits 0:
+line for each change (a new leader, or nobody leading), until SIGINT,
+SIGTERM, SIGHUP or SIGQUIT, and then exits 0:
   leader "db1:4242" fence 1796005500123456
   no leader
 With --json, each line is a JSON object:
@@ -332,7 +332,8 @@ or, after a run --once --fencing under KEY has succeeded,
 ttl_ms is -1 for a key that has no expiry (one not set by locksmith);
 fence, done and queued are absent when there are none.
 
---watch follows KEY until SIGINT or SIGTERM, and then exits 0: it prints
+--watch follows KEY until SIGINT, SIGTERM, SIGHUP or SIGQUIT, and then
+exits 0: it prints
 the state, then a line each time it changes (holder, waiters, fence,
 record; not the time left, which every renewal changes), starting with
 the time:

@@ -70,13 +70,13 @@ func num(t *testing.T, r logRecord, field string) float64 {
 // inOrder fails t unless the records named come in this order.
 func inOrder(t *testing.T, recs []logRecord, names ...string) {
 	t.Helper()
-	last := -1
+	last, prev := -1, ""
 	for _, name := range names {
 		_, i := find(t, recs, name)
 		if i <= last {
-			t.Errorf("records %v: %q comes before %q", msgs(recs), name, names[0])
+			t.Errorf("records %v: %q does not come after %q", msgs(recs), name, prev)
 		}
-		last = i
+		last, prev = i, name
 	}
 }
 
@@ -149,7 +149,7 @@ func TestRunLogJSONLockLost(t *testing.T) {
 	p.expect(t, 79)
 	recs := records(t, p)
 	inOrder(t, recs, "acquired", "child_started", "lost", "child_killed", "child_exited", "exit")
-	if lost, _ := find(t, recs, "lost"); lost["level"] != "ERROR" || lost["cause"] == "" || lost["child_started"] != true {
+	if lost, _ := find(t, recs, "lost"); lost["level"] != "ERROR" || lost["cause"] == nil || lost["cause"] == "" || lost["child_started"] != true {
 		t.Errorf("lost: %v, want an error with its cause", lost)
 	}
 	if killed, _ := find(t, recs, "child_killed"); killed["signal"] != "SIGTERM" || num(t, killed, "grace_ms") != 10000 {

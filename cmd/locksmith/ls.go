@@ -254,7 +254,7 @@ func lsRead(ctx context.Context, locker *locksmith.Locker, prefix, key string) (
 		if len(st.Holders) == 0 {
 			return lsEntry{}, false, nil
 		}
-		e.Kind, e.Holders, e.TTLMillis, e.Fence, e.Waiters = "semaphore", len(st.Holders), soonest(st.Holders), st.Fence, st.Queued
+		e.Kind, e.Holders, e.TTLMillis, e.Fence, e.Waiters = "semaphore", len(st.Holders), st.Holders[0].TTLMillis, st.Fence, st.Queued
 	case rwState:
 		holds, mode := st.Readers, "read"
 		if st.Writer != nil {
@@ -263,18 +263,9 @@ func lsRead(ctx context.Context, locker *locksmith.Locker, prefix, key string) (
 		if len(holds) == 0 {
 			return lsEntry{}, false, nil
 		}
-		e.Kind, e.Holders, e.Mode, e.TTLMillis, e.Fence, e.Waiters = "rwlock", len(holds), mode, soonest(holds), st.Fence, st.WaitingWriters
+		e.Kind, e.Holders, e.Mode, e.TTLMillis, e.Fence, e.Waiters = "rwlock", len(holds), mode, holds[0].TTLMillis, st.Fence, st.WaitingWriters
 	}
 	return e, true, nil
-}
-
-// soonest returns the time left of the hold that expires first.
-func soonest(holds []permitState) int64 {
-	least := holds[0].TTLMillis
-	for _, h := range holds[1:] {
-		least = min(least, h.TTLMillis)
-	}
-	return least
 }
 
 // printLocks prints the locks as a table, a line each.

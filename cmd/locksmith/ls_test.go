@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	library "github.com/locksmith-go/locksmith"
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
@@ -158,6 +160,33 @@ func TestLs(t *testing.T) {
 	}
 	if none, _ := lsJSON(t, url, "--prefix", prefix+"nothing:"); len(none.Locks) != 0 || !none.Complete {
 		t.Errorf("ls under an empty prefix: %+v, want no locks", none)
+	}
+}
+
+// ls skips a key that is neither a string nor a sorted set, and exits 69
+// for a sorted set locksmith did not write (neither a semaphore's nor a
+// read-write lock's), as status does.
+func TestLsForeignKeys(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	ctx := t.Context()
+	prefix := fmt.Sprintf("lsforeign%d:", time.Now().UnixNano())
+	if err := client.HSet(ctx, prefix+"a-hash", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := lsJSON(t, url, "--prefix", prefix); len(out.Locks) != 0 || !out.Complete {
+		t.Errorf("ls with a hash under the prefix: %+v, want nothing listed", out)
+	}
+	if err := client.ZAdd(ctx, prefix+"b-zset", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "x:y"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := locksmith(t, nil, "ls", "--redis", url, "--prefix", prefix)
+	if code != 69 || !strings.Contains(stderr, "b-zset") {
+		t.Errorf("ls with a foreign sorted set: exit %d, stderr %q; want 69, naming the key", code, stderr)
+	}
+	code, _, _ = locksmith(t, nil, "status", "--redis", url, "--prefix", prefix, "--key", "b-zset")
+	if code != 69 {
+		t.Errorf("status of a foreign sorted set: exit %d, want 69", code)
 	}
 }
 

@@ -139,7 +139,7 @@ func (st rwState) describe(time.Time) string {
 }
 
 func (st semaphoreState) fingerprint() string {
-	return fmt.Sprintf("semaphore %q %d %d", tokens(st.Holders), st.Fence, st.Listening)
+	return fmt.Sprintf("semaphore %q %d %d %d", tokens(st.Holders), st.Fence, st.Queued, st.Listening)
 }
 
 func (st semaphoreState) at(t time.Time) keyState {

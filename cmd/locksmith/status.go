@@ -36,7 +36,7 @@ func statusFlagSet(f *statusFlags) *flag.FlagSet {
 	f.connFlags.register(set)
 	set.BoolVar(&f.json, "json", false, "print one JSON object rather than text (with --watch, one a line)")
 	set.BoolVar(&f.watch, "watch", false,
-		"follow KEY: print its state, then a line each time it changes, until SIGINT or SIGTERM")
+		"follow KEY: print its state, then a line each time it changes, until SIGINT, SIGTERM, SIGHUP or SIGQUIT")
 	set.DurationVar(&f.interval, "interval", defaultWatchInterval,
 		fmt.Sprintf("with --watch, read KEY every `DURATION` (at least %v)", minWatchInterval))
 	return set
@@ -111,13 +111,21 @@ func readState(ctx context.Context, locker *locksmith.Locker, prefix, key string
 	s, err := locker.Inspect(ctx, key)
 	if redis.HasErrorPrefix(err, "WRONGTYPE") {
 		// Not a lock's string: a sorted set, of a read-write lock or of a
-		// semaphore (run --limit)? Each Inspect refuses the other's.
-		if rs, rerr := locker.RWMutex(key).Inspect(ctx); rerr == nil {
+		// semaphore (run --limit)? Each Inspect refuses the other's with
+		// ErrWrongKind, and what is no sorted set with WRONGTYPE; any
+		// other failure is a failure to read.
+		rs, rerr := locker.RWMutex(key).Inspect(ctx)
+		if rerr == nil {
 			return newRWState(prefix, key, rs), nil
 		}
-		if ss, serr := locker.Semaphore(key, 1).Inspect(ctx); serr == nil {
-			return newSemaphoreState(prefix, key, ss), nil
+		if !errors.Is(rerr, locksmith.ErrWrongKind) {
+			return nil, rerr
 		}
+		ss, serr := locker.Semaphore(key, 1).Inspect(ctx)
+		if serr != nil {
+			return nil, serr
+		}
+		return newSemaphoreState(prefix, key, ss), nil
 	}
 	if err != nil {
 		return nil, err
