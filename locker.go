@@ -229,25 +229,24 @@ func (l *Locker) queues(cfg *config) bool {
 // error matching ErrNotHeld, which only repeats what the loss says.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	if l.tracing() {
-		return l.traced(ctx, Call{Op: OpWithLock, Key: key, Prefix: l.prefixOf(opts), Hold: HoldLock}, fn,
-			func(ctx context.Context, fn func(ctx context.Context) error) error {
-				return l.withLockChecked(ctx, key, fn, opts)
-			})
+		return l.traced(ctx, Call{Op: OpWithLock, Key: key, Prefix: l.prefixOf(opts), Hold: HoldLock},
+			func(ctx context.Context) (bool, error) { return l.withLockChecked(ctx, key, fn, opts) })
 	}
-	return l.withLockChecked(ctx, key, fn, opts)
+	_, err := l.withLockChecked(ctx, key, fn, opts)
+	return err
 }
 
 // withLockChecked is WithLock, once traced.
-func (l *Locker) withLockChecked(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) error {
+func (l *Locker) withLockChecked(ctx context.Context, key string, fn func(ctx context.Context) error, opts []Option) (failed bool, err error) {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
 		l.refused(ctx, key, opts, HoldLock, err)
-		return err
+		return false, err
 	}
 	cfg, err := l.callConfig(key, opts)
 	if err != nil {
 		l.refused(ctx, key, opts, HoldLock, err)
-		return err
+		return false, err
 	}
 	return l.withLock(ctx, key, &cfg, fn, nil)
 }
@@ -258,18 +257,19 @@ func (l *Locker) withLockChecked(ctx context.Context, key string, fn func(ctx co
 // must do what Release does, and report a lock that was gone with an error
 // matching ErrNotHeld.
 func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(ctx context.Context) error,
-	finish func(ctx context.Context, lk *Lock) error) (err error) {
+	finish func(ctx context.Context, lk *Lock) error) (failed bool, err error) {
 	lk, err := l.obtain(ctx, key, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	return runHeld(ctx, lk, fn, finish)
 }
 
 // runHeld runs fn under lk's lease, then releases lk (or, when fn
 // succeeded and finish is given, finishes it with finish), as WithLock
-// does.
-func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, finish func(ctx context.Context, lk *Lock) error) (err error) {
+// does. failed reports whether fn itself returned an error, for the
+// outcome of a traced call (see callClass).
+func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, finish func(ctx context.Context, lk *Lock) error) (failed bool, err error) {
 	// The lease ends with this call even if the release fails (the lock
 	// then expires with its TTL): nothing renews a lock nobody uses.
 	leaseCtx, endLease := lk.leaseWithCancel(ctx)
@@ -313,7 +313,7 @@ func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, 
 	}()
 	err = fn(leaseCtx)
 	returned = true
-	return err
+	return err != nil, err
 }
 
 // releaseDeadline returns when the release at the end of WithLock gives

@@ -170,7 +170,7 @@ func (l *Locker) once(ctx context.Context, key string, fn func(ctx context.Conte
 	} else if done {
 		return false, false, nil
 	}
-	err = l.withLock(ctx, key, &cfg, func(ctx context.Context) error {
+	_, err = l.withLock(ctx, key, &cfg, func(ctx context.Context) error {
 		if _, done, err := st.record(ctx, doneKey); err != nil {
 			return fmt.Errorf("locksmith: read completion record of %q: %w", key, err)
 		} else if done {

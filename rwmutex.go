@@ -90,24 +90,23 @@ func (m *RWMutex) WithWriteLock(ctx context.Context, fn func(ctx context.Context
 
 func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
 	if m != nil && m.l.tracing() {
-		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: kind.hold()}, fn,
-			func(ctx context.Context, fn func(ctx context.Context) error) error {
-				return m.withHold(ctx, fn, opts, kind)
-			})
+		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: kind.hold()},
+			func(ctx context.Context) (bool, error) { return m.withHold(ctx, fn, opts, kind) })
 	}
-	return m.withHold(ctx, fn, opts, kind)
+	_, err := m.withHold(ctx, fn, opts, kind)
+	return err
 }
 
 // withHold is with, once traced.
-func (m *RWMutex) withHold(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
+func (m *RWMutex) withHold(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) (failed bool, err error) {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
 		m.refused(ctx, opts, kind, err)
-		return err
+		return false, err
 	}
 	lk, err := m.obtain(ctx, opts, kind)
 	if err != nil {
-		return err
+		return false, err
 	}
 	return runHeld(ctx, lk, fn, nil)
 }

@@ -93,29 +93,28 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...Option) (*Lock, error) 
 // ErrLockLost when the permit was lost while fn ran.
 func (s *Semaphore) WithPermit(ctx context.Context, fn func(ctx context.Context) error, opts ...Option) error {
 	if s != nil && s.l.tracing() {
-		return s.l.traced(ctx, Call{Op: OpWithLock, Key: s.key, Prefix: s.l.prefixOf(opts), Hold: HoldPermit}, fn,
-			func(ctx context.Context, fn func(ctx context.Context) error) error {
-				return s.withPermit(ctx, fn, opts)
-			})
+		return s.l.traced(ctx, Call{Op: OpWithLock, Key: s.key, Prefix: s.l.prefixOf(opts), Hold: HoldPermit},
+			func(ctx context.Context) (bool, error) { return s.withPermit(ctx, fn, opts) })
 	}
-	return s.withPermit(ctx, fn, opts)
+	_, err := s.withPermit(ctx, fn, opts)
+	return err
 }
 
 // withPermit is WithPermit, once traced.
-func (s *Semaphore) withPermit(ctx context.Context, fn func(ctx context.Context) error, opts []Option) error {
+func (s *Semaphore) withPermit(ctx context.Context, fn func(ctx context.Context) error, opts []Option) (failed bool, err error) {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
 		s.refused(ctx, opts, err)
-		return err
+		return false, err
 	}
 	cfg, err := s.config(opts)
 	if err != nil {
 		s.refused(ctx, opts, err)
-		return err
+		return false, err
 	}
 	lk, err := s.acquire(ctx, &cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	return runHeld(ctx, lk, fn, nil)
 }

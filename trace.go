@@ -205,23 +205,15 @@ func (l *Locker) tracing() bool { return l != nil && l.tracer != nil }
 // hooked reports whether l has an observer or a tracer.
 func (l *Locker) hooked() bool { return l.obs != nil || l.tracer != nil }
 
-// traced runs call with fn, a call described by c that runs fn (an
-// OpWithLock), in a span. call gets fn wrapped, so that the outcome can
-// tell fn's failure from the lock's (see callClass); a nil fn is passed
-// on as it is, for call to refuse.
-func (l *Locker) traced(ctx context.Context, c Call, fn func(ctx context.Context) error,
-	call func(ctx context.Context, fn func(ctx context.Context) error) error) (err error) {
+// traced runs call, a call described by c that runs a function (an
+// OpWithLock), in a span. call reports whether the function itself
+// failed, so that the outcome can tell its failure from the lock's (see
+// callClass).
+func (l *Locker) traced(ctx context.Context, c Call, call func(ctx context.Context) (failed bool, err error)) (err error) {
 	ctx, s := l.span(ctx, c)
 	panicked, failed := true, false
 	defer func() { s.end(Outcome{Err: err, Class: callClass(err, failed), Panicked: panicked}) }()
-	if inner := fn; inner != nil {
-		fn = func(ctx context.Context) error {
-			err := inner(ctx)
-			failed = err != nil
-			return err
-		}
-	}
-	err = call(ctx, fn)
+	failed, err = call(ctx)
 	panicked = false
 	return err
 }
