@@ -38,8 +38,9 @@ type Event struct {
 	// ConnUp or ConnReplaced, how many connections were dialed since the
 	// last one that came up (1 for a connection that came up at once).
 	Attempts int
-	// HandedOver is set on an EventObtain whose lock was handed over by
-	// its holder's release to this waiting call (see Obtain), rather than
+	// HandedOver is set on an EventObtain whose lock (or permit) was
+	// handed over by its holder's release to this waiting call (see
+	// Obtain), rather than
 	// taken by an attempt: whether the call heard the release's
 	// announcement or found the lock its own at its next attempt (a
 	// Locker that cannot subscribe, or an announcement still on its way).

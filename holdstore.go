@@ -37,9 +37,10 @@ var errBadReply = errors.New("unexpected reply from a script")
 
 // acquireHold runs script, an acquire script of a sorted-set hold, for
 // ref with its arguments: the member (ref.token), the TTL in ms, extra,
-// and the fence counter's TTL. The script answers {1, fence, more},
-// {0, ms until what stops the caller expires}, or {-1} when the key holds
-// another kind of hold (ErrWrongKind).
+// and the fence counter's TTL. The script answers {1, fence, more} (a
+// permit's adds whether it was the caller's already: see
+// permit_acquire.lua), {0, ms until what stops the caller expires}, or
+// {-1} when the key holds another kind of hold (ErrWrongKind).
 func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
 	return s.acquireHoldOn(ctx, s.client, script, ref, ttlMS, extra, "")
 }
@@ -71,6 +72,9 @@ func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaS
 		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
 	case len(res) == 3 && res[0] == 1:
 		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
+	case len(res) == 4 && res[0] == 1:
+		// A permit's: whether a queued caller found it handed over.
+		return acquireRes{ok: true, fence: res[1], more: res[2] > 0, mine: res[3] == 1}, nil
 	case len(res) == 1 && res[0] == -1:
 		// The script found the other kind's members, and wrote nothing.
 		return acquireRes{}, ErrWrongKind

@@ -13,10 +13,12 @@
 -- was last taken, in ms, or 0 for ever. ARGV[5], optional: the caller's
 -- queue entry (see queueEntry in handoff.go), given only to queue the
 -- caller; ARGV[6]: how long the entry stays valid, in ms.
--- Returns {1, fence, free} when the caller holds a permit (fence is 0
--- without a counter; a resend of this very call, whose first delivery
+-- Returns {1, fence, free, mine} when the caller holds a permit (fence is
+-- 0 without a counter; a resend of this very call, whose first delivery
 -- took the permit, or a handoff the caller has not heard of, takes it
--- again with a new fence; free is how many permits are left), or {0, ms}
+-- again with a new fence; free is how many permits are left; mine is 1
+-- when a queued caller found the permit its own already, most likely
+-- handed over unheard, for its Event.HandedOver, and 0 otherwise), or {0, ms}
 -- when the limit is reached: ms until the earliest permit expires, or
 -- {-1}, writing nothing, when the key holds a read-write lock.
 --
@@ -70,4 +72,8 @@ local fence = 0
 if fence_key then
   fence = take_fence(fence_key, last_fence, ARGV[4])
 end
-return {1, fence, free}
+local handed = 0
+if queue_key and mine and tonumber(mine) > now then
+  handed = 1
+end
+return {1, fence, free, handed}

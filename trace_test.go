@@ -360,16 +360,12 @@ func TestTracerWithLock(t *testing.T) {
 			return errJob
 		})
 		require.ErrorIs(t, err, errJob)
+		// Noticed by the lease or by the release that found the lock
+		// gone, the loss is ErrLockLost either way.
+		require.ErrorIs(t, err, locksmith.ErrLockLost)
 		spans = rec.all(t)
 		require.Len(t, spans, 3, describeSpans(spans))
-		if errors.Is(err, locksmith.ErrLockLost) {
-			require.Equal(t, locksmith.ClassLost, spans[0].out.Class)
-		} else {
-			// The loss was not noticed before fn returned: the release
-			// found the lock gone.
-			require.ErrorIs(t, err, locksmith.ErrNotHeld)
-			require.Equal(t, locksmith.ClassNotHeld, spans[0].out.Class)
-		}
+		require.Equal(t, locksmith.ClassLost, spans[0].out.Class)
 
 		// A panic goes on, after the release and the end of the span.
 		rec.reset()
@@ -505,7 +501,9 @@ func TestTracerHandoff(t *testing.T) {
 	spans := rec.all(t)
 	requireSpans(t, spans, key, spanWant{op: locksmith.OpObtain, hold: locksmith.HoldLock})
 	require.True(t, spans[0].out.HandedOver)
-	require.GreaterOrEqual(t, spans[0].out.Attempts, 1)
+	// The attempt that queued it, and maybe the one on its subscription's
+	// confirmation: none after the release.
+	require.LessOrEqual(t, spans[0].out.Attempts, 2)
 	requireCommandsIn(t, hook.take(), spans[0].id, "a waiting Obtain")
 	require.NoError(t, res.lk.Release(ctx))
 }
