@@ -17,8 +17,9 @@
 -- itself), or a release handed it over. The TTL is then set again, so that
 -- it runs from this call; and when the caller was queued, the token comes
 -- in a table of one, so that its Locker can tell that the lock was handed
--- over (or, rarely, taken by an earlier delivery of the same call). Otherwise returns -2 - the holder's remaining TTL
--- in ms, which is -1 when the key has no expiry, so that one integer reply
+-- over (or, rarely, taken by an earlier delivery of the same call).
+-- Otherwise returns -2 - the holder's remaining TTL in ms, which is -1
+-- when the key has no expiry, so that one integer reply
 -- carries both; when the caller was queued, that number and the holder's
 -- token, so that its Locker can tell that the lock was handed to another
 -- of its waiters even if it missed the announcement.

@@ -122,7 +122,8 @@ type Outcome struct {
 
 // ClassOf returns the class of err, an error returned by this package,
 // as events and outcomes sort it: ClassNone for nil, the class of the
-// first sentinel it matches in the order ClassInvalid, ClassClosed,
+// first sentinel it matches in the order ClassInvalid (ErrInvalidArgument
+// or ErrWrongKind), ClassClosed,
 // ClassNoPermission, ClassNotReplicated, ClassLost, ClassNotObtained,
 // ClassNotHeld (a lost lock is reported as lost even when the error also
 // says it is not held), and ClassRedis for anything else.

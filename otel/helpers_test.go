@@ -150,14 +150,8 @@ func (r *rig) metrics(t *testing.T) map[string]map[string]point {
 	return out
 }
 
-func attrs(s attribute.Set) string {
-	var parts []string
-	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
-}
+// attrs returns s as "k=v,k=v", sorted by key.
+func attrs(s attribute.Set) string { return s.Encoded(attribute.DefaultEncoder()) }
 
 // describeMetrics lists ms, for failure messages.
 func describeMetrics(ms map[string]map[string]point) string {

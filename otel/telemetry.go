@@ -98,8 +98,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // goroutines at once. Every distinct set of attributes is a time series
 // of its own, so f should map the keys to few values, such as the kind of
 // job a key names ("report" for "report:2026-01-02"), or return none for
-// the keys that are not worth one. Without this option no attribute
-// names the key.
+// the keys that are not worth one. f must return the same attributes for
+// the same key every time: the count of obtains under way is raised with
+// what it returns when a call starts and lowered with what it returns
+// when the call ends. Without this option no attribute names the key.
 func WithKeyAttribute(f func(key string) []attribute.KeyValue) Option {
 	return func(c *config) { c.keyAttrs = f }
 }

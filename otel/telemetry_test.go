@@ -52,6 +52,7 @@ func TestObtainAndRelease(t *testing.T) {
 	for name, pts := range ms {
 		for a := range pts {
 			require.NotContains(t, a, "key", "%s: without WithKeyAttribute no attribute names the key", name)
+			require.NotContains(t, a, key, "%s: without WithKeyAttribute no attribute holds the key", name)
 		}
 	}
 

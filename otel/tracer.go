@@ -43,7 +43,7 @@ func (tr tracer) Start(ctx context.Context, c locksmith.Call) context.Context {
 
 // spanStartOptions returns the options of a span with attrs.
 func spanStartOptions(attrs []attribute.KeyValue) []trace.SpanStartOption {
-	return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+	return []trace.SpanStartOption{trace.WithAttributes(attrs...)} // an internal span, the default kind
 }
 
 // End ends the call's span with its outcome. A call that failed gets an
