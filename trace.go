@@ -148,19 +148,6 @@ type span struct {
 	c   Call
 }
 
-// startSpan starts tracing call c with t, if t is not nil, and returns
-// the context the call must use.
-func startSpan(ctx context.Context, t Tracer, c Call) (context.Context, span) {
-	if t == nil {
-		return ctx, span{}
-	}
-	sctx, ok := safeStart(ctx, t, c)
-	if !ok {
-		return ctx, span{}
-	}
-	return sctx, span{t: t, ctx: sctx, c: c}
-}
-
 // safeStart calls t.Start, and returns what it returns, or ctx when that
 // is nil; ok is false when it panicked.
 func safeStart(ctx context.Context, t Tracer, c Call) (out context.Context, ok bool) {
@@ -192,12 +179,17 @@ func (s span) end(o Outcome) {
 	s.t.End(s.ctx, s.c, o)
 }
 
-// span starts tracing call c of l, if l has a tracer (a nil l has none).
+// span starts tracing call c of l, if l has a tracer (a nil l has none),
+// and returns the context the call must use.
 func (l *Locker) span(ctx context.Context, c Call) (context.Context, span) {
 	if !l.tracing() {
 		return ctx, span{}
 	}
-	return startSpan(ctx, l.tracer, c)
+	sctx, ok := safeStart(ctx, l.tracer, c)
+	if !ok {
+		return ctx, span{}
+	}
+	return sctx, span{t: l.tracer, ctx: sctx, c: c}
 }
 
 // tracing reports whether l traces its calls; false for a nil Locker.
