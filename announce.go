@@ -101,11 +101,20 @@ func (n *notifier) resubscribe(c *subConn, ps *redis.PubSub) {
 	}
 }
 
+// handoffsKept is how many of the last handoffs of a key a Locker keeps
+// for its waiters that join after theirs was heard (see join): enough for
+// the releases of a busy semaphore's permits during one round trip. A
+// handoff it no longer keeps is found by an attempt (see peersQueued).
+const handoffsKept = 8
+
 // handedLocked acts on the announcement that a release handed q's lock
 // over: to one of q's waiters, which takes it, or to someone else, who
 // holds it for h.ttl.
 func (n *notifier) handedLocked(q *keyQueue, h handoff) {
-	q.handedTo = h
+	if len(q.handedTo) == handoffsKept {
+		q.handedTo = append(q.handedTo[:0], q.handedTo[1:]...)
+	}
+	q.handedTo = append(q.handedTo, h)
 	q.holderUntil = time.Now().Add(h.ttl + time.Millisecond)
 	for _, w := range q.waiters {
 		if w.token == h.token {

@@ -42,7 +42,10 @@ import (
 // taken by someone else.) When that leaves less than half the TTL, the
 // waiter refreshes the lock before returning it. An attempt that finds
 // the lock held by another waiter of the same Locker tells that waiter to
-// try, which returns the lock to it if it missed the announcement.
+// try, which returns the lock to it if it missed the announcement. A
+// permit's attempt cannot learn every holder, so it names the waiters of
+// its Locker whose entries may be live (notifier.peersQueued) and learns
+// which of them hold a permit.
 //
 // On Redis Cluster, scripts that name the queue go to the master of the
 // lock's slot through that master's own client, and fall back to scripts

@@ -15,8 +15,11 @@ import (
 // A holdKind is one kind of shared hold.
 type holdKind interface {
 	// take sends one attempt to take a hold for ref, by a caller that
-	// waits if it fails, when waiting is set.
-	take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool) (acquireRes, error)
+	// waits if it fails, when waiting is set. peers are the tokens of the
+	// caller's fellow waiters that a release may have handed the hold to
+	// unheard (see notifier.peersQueued): a kind whose holds are handed
+	// over reports those of them that hold one.
+	take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error)
 	// handles returns what the handles of such holds run on.
 	handles(st store) holdStore
 	// member returns the value that marks the hold of token in Redis.
@@ -94,7 +97,7 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
 	if !wait {
-		lk, _, err := a.try(ctx, uuid.NewString())
+		lk, _, err := a.try(ctx, uuid.NewString(), nil)
 		if lk == nil && err == nil {
 			err = a.busy()
 		}
@@ -111,7 +114,7 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 	}
 	token := uuid.NewString()
 	start := time.Now()
-	lk, res, err := a.try(ctx, token)
+	lk, res, err := a.try(ctx, token, nil)
 	if lk != nil || err != nil {
 		return lk, tries{attempts: 1}, err
 	}
@@ -120,11 +123,12 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 	return l.wait(ctx, a.key, a, backoff, delay, w, tries{attempts: 1})
 }
 
-// try makes one attempt with token.
-func (a *holdAttempts) try(ctx context.Context, token string) (*Lock, acquireRes, error) {
+// try makes one attempt with token, asking about peers (see
+// holdKind.take).
+func (a *holdAttempts) try(ctx context.Context, token string, peers []string) (*Lock, acquireRes, error) {
 	lk := a.newHandle(token)
 	start := time.Now()
-	res, err := a.kind.take(ctx, a.l.store, lk.ref, &a.cfg, a.waiting)
+	res, err := a.kind.take(ctx, a.l.store, lk.ref, &a.cfg, a.waiting, peers)
 	return settle(ctx, a.key, &a.cfg, lk, start, res, err)
 }
 
@@ -144,7 +148,11 @@ func (a *holdAttempts) newHandle(token string) *Lock {
 }
 
 func (a *holdAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
-	return a.try(ctx, w.token)
+	var peers []string
+	if a.queues() {
+		peers = a.l.notify.peersQueued(w)
+	}
+	return a.try(ctx, w.token, peers)
 }
 
 // queues reports whether the holds of a are handed over to queued

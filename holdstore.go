@@ -47,9 +47,11 @@ func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lock
 
 // acquireHoldOn is acquireHold on c; with an entry, the script also
 // queues the caller with it in ref.queue, its last key, when it cannot
-// take the hold (see permit_acquire.lua).
-func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string) (acquireRes, error) {
-	args := make([]any, 4, 11)
+// take the hold, and reports which of peers hold one (see
+// permit_acquire.lua).
+func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string,
+	peers ...string) (acquireRes, error) {
+	args := make([]any, 4, 11+len(peers))
 	args[3] = ref.lockKey
 	if ref.fenced() {
 		args = append(args, ref.fence)
@@ -61,15 +63,42 @@ func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaS
 	args = append(args, ref.token, ttlMS, extra, ref.fenceTTLMS)
 	if entry != "" {
 		args = append(args, entry, queueEntryLifeMS)
+		for _, p := range peers {
+			args = append(args, p)
+		}
 	}
-	res, err := script.run(ctx, c, args).Int64Slice()
+	reply, err := script.run(ctx, c, args).Slice()
 	if err != nil {
 		// The script may have failed after it added the hold.
 		return acquireRes{}, landedError{err}
 	}
+	if len(reply) >= 2 && reply[0] == int64(0) {
+		// Refused: the time left, then the peers that hold a permit.
+		ms, ok := reply[1].(int64)
+		if !ok {
+			return acquireRes{}, landedError{errBadReply}
+		}
+		res := acquireRes{holderTTL: time.Duration(ms) * time.Millisecond}
+		for _, p := range reply[2:] {
+			if token, ok := p.(string); ok {
+				res.peersHolding = append(res.peersHolding, token)
+			}
+		}
+		return res, nil
+	}
+	var nums [4]int64
+	if len(reply) > len(nums) {
+		return acquireRes{}, landedError{errBadReply}
+	}
+	for i, v := range reply {
+		n, ok := v.(int64)
+		if !ok {
+			return acquireRes{}, landedError{errBadReply}
+		}
+		nums[i] = n
+	}
+	res := nums[:len(reply)]
 	switch {
-	case len(res) == 2 && res[0] == 0:
-		return acquireRes{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
 	case len(res) == 3 && res[0] == 1:
 		return acquireRes{ok: true, fence: res[1], more: res[2] > 0}, nil
 	case len(res) == 4 && res[0] == 1:

@@ -39,7 +39,9 @@ type LockStatus struct {
 	// there is none: the job has not completed, or its record expired.
 	Done *Completion
 	// Queued is the number of waiters queued for a handoff of the lock:
-	// about one per Locker with Obtain calls waiting for it. Waiters on a
+	// about one per Locker with Obtain calls waiting for it, plus, for at
+	// most 5s, one for each goroutine whose first attempt raced with
+	// another of the same Locker's (see docs/behaviour.md). Waiters on a
 	// quorum or with WithReplicas are not queued, and not counted.
 	Queued int
 }

@@ -12,15 +12,21 @@
 -- the caller's limit. ARGV[4]: how long the fence counter lives after it
 -- was last taken, in ms, or 0 for ever. ARGV[5], optional: the caller's
 -- queue entry (see queueEntry in handoff.go), given only to queue the
--- caller; ARGV[6]: how long the entry stays valid, in ms.
+-- caller; ARGV[6]: how long the entry stays valid, in ms; ARGV[7] and
+-- after, optional, with ARGV[5]: the tokens of the caller's fellow waiters
+-- in its Locker whose own queue entries may be live (see peersQueued in
+-- queue.go).
 -- Returns {1, fence, free, mine} when the caller holds a permit (fence is
 -- 0 without a counter; a resend of this very call, whose first delivery
 -- took the permit, or a handoff the caller has not heard of, takes it
 -- again with a new fence; free is how many permits are left; mine is 1
 -- when a queued caller found the permit its own already, most likely
--- handed over unheard, for its Event.HandedOver, and 0 otherwise), or {0, ms}
--- when the limit is reached: ms until the earliest permit expires, or
--- {-1}, writing nothing, when the key holds a read-write lock.
+-- handed over unheard, for its Event.HandedOver, and 0 otherwise), or
+-- {0, ms, peer...} when the limit is reached: ms until the earliest permit
+-- expires, and the fellow waiters of ARGV[7...] that hold an unexpired
+-- permit (a release handed it to one of them, whose Locker did not hear
+-- of it: that waiter then tries, and finds it); or {-1}, writing nothing,
+-- when the key holds a read-write lock.
 --
 -- Redis does not undo a script that fails halfway: everything that can be
 -- refused (TIME, the reads) runs before the first write. The first write
@@ -59,7 +65,14 @@ if not (mine and tonumber(mine) > now) and live >= tonumber(ARGV[3]) then
     redis.call('zadd', queue_key, -(now + tonumber(ARGV[6])), 'l:' .. entry)
     redis.call('pexpire', queue_key, ARGV[6])
   end
-  return {0, tonumber(first[2]) - now}
+  local reply = {0, tonumber(first[2]) - now}
+  for i = 7, #ARGV do
+    local theirs = redis.call('zscore', KEYS[1], ARGV[i])
+    if theirs and tonumber(theirs) > now then
+      reply[#reply + 1] = ARGV[i]
+    end
+  end
+  return reply
 end
 redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)

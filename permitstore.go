@@ -37,12 +37,15 @@ var (
 // them is token's), then, with fencing, take the next fencing token. When
 // queue is set and the limit is reached, the caller is queued in the
 // semaphore's handoff queue (ref.queue), for a release to hand it a
-// permit as it hands a lock (see handoff.go).
+// permit as it hands a lock (see handoff.go), and a refused attempt
+// reports which of peers, the tokens of the caller's fellow waiters, hold
+// a permit (see notifier.peersQueued).
 type permitReq struct {
 	lockRef
 	ttlMS any // the TTL in whole milliseconds, an int64
 	limit int
 	queue bool
+	peers []string
 }
 
 func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
@@ -70,7 +73,7 @@ func (s scriptStore) acquirePermitQueued(ctx context.Context, req permitReq) (ac
 	c, err := s.queueClient(ctx, req.key)
 	var res acquireRes
 	if err == nil {
-		res, err = s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry)
+		res, err = s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry, req.peers...)
 	}
 	if s.sharded() && clusterRefused(err) {
 		return s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
@@ -152,6 +155,9 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 	res, err := permitInspectLua.run(ctx, s.client, []any{nil, nil, 3, k.Lock, k.Fence, k.Queue}).Slice()
 	if err != nil {
 		return rawPermits{}, err
+	}
+	if len(res) == 1 && res[0] == int64(-1) {
+		return rawPermits{}, fmt.Errorf("%w: the key holds a read-write lock, not a semaphore", ErrWrongKind)
 	}
 	if len(res) != 3 {
 		return rawPermits{}, errBadReply

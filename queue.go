@@ -32,9 +32,11 @@ type keyQueue struct {
 	// holderUntil is when the holder's TTL runs out, as last reported by
 	// a failed attempt or a handoff (zero: unknown or never).
 	holderUntil time.Time
-	// handedTo is the last handoff announced, kept for a waiter whose
-	// attempt queued it and that joins after the handoff was heard.
-	handedTo handoff
+	// handedTo holds the last handoffs announced (a semaphore's releases
+	// hand over several permits while a waiter's attempt is on its way
+	// back), newest last, for a waiter whose attempt queued it and that
+	// joins after its handoff was heard.
+	handedTo []handoff
 	// idleSince is when the last waiter or watcher left, for
 	// unsubscribing.
 	idleSince time.Time
@@ -79,8 +81,9 @@ type waiter struct {
 	queued bool
 	// since is when the waiter's first queued attempt was sent, which
 	// precedes any handoff to it; renewAt is when its queue entry is due
-	// for renewal.
-	since, renewAt time.Time
+	// for renewal; entryUntil is when its entry has surely lapsed, unless
+	// renewed (zero: it has none).
+	since, renewAt, entryUntil time.Time
 	// handedOver is the handoff of the lock to the waiter, once heard.
 	handedOver *handoff
 	// missed is set when an attempt found that the lock was handed to
@@ -150,11 +153,13 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 	w := &waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue}
 	if queue && !sent.IsZero() {
 		w.queued, w.since, w.renewAt = true, sent, sent.Add(queueEntryRenew)
-		if q.handedTo.token == token {
-			// Handed over before the waiter joined.
-			h := q.handedTo
-			w.handedOver = &h
-			w.signal()
+		w.entryUntil = time.Now().Add(queueEntryLife)
+		for i := range q.handedTo {
+			if h := q.handedTo[i]; h.token == token {
+				// Handed over before the waiter joined.
+				w.handedOver = &h
+				w.signal()
+			}
 		}
 	}
 	n.enqueueLocked(w)
@@ -309,9 +314,34 @@ func (n *notifier) lost(w *waiter, res acquireRes, sent time.Time) {
 	defer n.mu.Unlock()
 	if w.queue {
 		w.renewAt = sent.Add(queueEntryRenew)
+		w.entryUntil = time.Now().Add(queueEntryLife)
 	}
 	n.triedLocked(w, false, holderExpiry(res.holderTTL))
 	n.heldByLocked(w.q, res.holder)
+	for _, token := range res.peersHolding {
+		n.heldByLocked(w.q, token)
+	}
+}
+
+// peersQueued returns the tokens of the waiters queued with w whose
+// entries in the handoff queue may still be live, other than w and those
+// that heard of a handoff to them. Only the head of a Locker's queue
+// tries, but every waiter whose first attempt raced with another's of the
+// same Locker left an entry of its own, which a release may pop and hand
+// a permit to, unheard (see heldByLocked): w's attempt asks whether one
+// of them holds a permit. A lock's attempt needs none of this, since it
+// learns its one holder's token.
+func (n *notifier) peersQueued(w *waiter) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var tokens []string
+	now := time.Now()
+	for _, o := range w.q.waiters {
+		if o != w && o.queued && !o.done && o.handedOver == nil && now.Before(o.entryUntil) {
+			tokens = append(tokens, o.token)
+		}
+	}
+	return tokens
 }
 
 // heldByLocked acts on an attempt's finding that holder holds q's lock:
@@ -363,7 +393,7 @@ func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
 func (n *notifier) withdrawn(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	w.queued = false
+	w.queued, w.entryUntil = false, time.Time{}
 }
 
 // leave removes w from its queue if it is still there, passing on a wake

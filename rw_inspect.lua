@@ -4,7 +4,12 @@
 -- Returns {holds, intents, fence}: holds is a flat list of member, ms
 -- left, for the unexpired readers and writer; intents counts the waiting
 -- writers' unexpired intents; fence is the counter's value, or false.
+-- Returns {-1} when the key holds a semaphore, whatever its state.
 -- (hold_lib.lua comes first: it sets t and now.)
+local lowest = redis.call('zrange', KEYS[1], 0, 0)
+if lowest[1] and string.sub(lowest[1], 2, 2) ~= ':' then
+  return {-1}
+end
 local holds, intents = {}, 0
 local readers = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #readers, 2 do

@@ -143,7 +143,7 @@ type (
 	writeKind struct{}
 )
 
-func (readKind) take(ctx context.Context, st store, ref lockRef, cfg *config, _ bool) (acquireRes, error) {
+func (readKind) take(ctx context.Context, st store, ref lockRef, cfg *config, _ bool, _ []string) (acquireRes, error) {
 	return st.acquireRW(ctx, ref, cfg.ttlMS, false)
 }
 func (readKind) handles(st store) holdStore { return st.rwHandles() }
@@ -158,7 +158,7 @@ func (readKind) busy(key string) error {
 
 // take leaves an intent, which stops new readers, only for a writer that
 // waits.
-func (writeKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool) (acquireRes, error) {
+func (writeKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, _ []string) (acquireRes, error) {
 	return st.acquireRW(ctx, ref, cfg.ttlMS, waiting)
 }
 func (writeKind) handles(st store) holdStore { return st.rwHandles() }

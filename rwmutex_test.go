@@ -597,3 +597,86 @@ func TestRWMutexBudgetIsTheDelays(t *testing.T) {
 	require.NoError(t, w.Release(ctx))
 	require.Zero(t, srv.Client(t).Exists(ctx, key).Val())
 }
+
+// Each kind's Inspect refuses the other kind's key with ErrWrongKind in
+// every state it can be in, and reads a key that holds nothing as free.
+func TestInspectRefusesTheOtherKind(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	l, other := newLocker(t, srv.Client(t)), newLocker(t, srv.Client(t))
+	waiting := locksmith.WithRetry(locksmith.LinearBackoff(10 * time.Millisecond))
+	// waitBehind starts take in the background, waiting, and returns once
+	// queued says it waits; stop cancels it and returns what it got.
+	waitBehind := func(what string, take func(ctx context.Context) (*locksmith.Lock, error), queued func() bool) (stop func() obtained) {
+		t.Helper()
+		wctx, cancel := context.WithCancel(ctx)
+		got := make(chan obtained, 1)
+		go func() { lk, err := take(wctx); got <- obtained{lk: lk, err: err} }()
+		require.Eventually(t, queued, 5*time.Second, time.Millisecond, "%s: not waiting", what)
+		return func() obtained { cancel(); return receive(t, got, what) }
+	}
+
+	// A read-write lock, read as a semaphore.
+	key := uniqueKey(t)
+	m, sem := l.RWMutex(key), other.Semaphore(key, 3)
+	free := func(what string) {
+		t.Helper()
+		st, err := sem.Inspect(ctx)
+		require.NoError(t, err, what)
+		require.Empty(t, st.Holders, what)
+		rw, err := m.Inspect(ctx)
+		require.NoError(t, err, what)
+		require.Empty(t, rw.Readers, what)
+		require.Nil(t, rw.Writer, what)
+	}
+	asSemaphore := func(what string) {
+		t.Helper()
+		_, err := sem.Inspect(ctx)
+		require.ErrorIs(t, err, locksmith.ErrWrongKind, "%s, read as a semaphore", what)
+	}
+	intents := func(n int) func() bool {
+		return func() bool { st, err := m.Inspect(ctx); return err == nil && st.WaitingWriters == n }
+	}
+	free("nothing held yet")
+	r, err := m.ObtainRead(ctx)
+	require.NoError(t, err)
+	asSemaphore("read-held")
+	writer := waitBehind("a writer behind the reader", func(ctx context.Context) (*locksmith.Lock, error) {
+		return m.ObtainWrite(ctx, waiting)
+	}, intents(1))
+	asSemaphore("read-held, with a writer's intent")
+	require.NoError(t, r.Release(ctx))
+	require.Eventually(t, func() bool { st, err := m.Inspect(ctx); return err == nil && st.Writer != nil }, 5*time.Second,
+		time.Millisecond, "the waiting writer did not get the lock")
+	asSemaphore("write-held")
+	second := waitBehind("a second writer", func(ctx context.Context) (*locksmith.Lock, error) {
+		return other.RWMutex(key).ObtainWrite(ctx, waiting)
+	}, intents(1))
+	asSemaphore("write-held, with a writer's intent")
+	require.ErrorIs(t, second().err, locksmith.ErrNotObtained)
+	w := writer()
+	require.NoError(t, w.err)
+	require.NoError(t, w.lk.Release(ctx))
+	free("released")
+
+	// A semaphore, read as a read-write lock.
+	key = uniqueKey(t)
+	sem, m = l.Semaphore(key, 1), other.RWMutex(key)
+	asRW := func(what string) {
+		t.Helper()
+		_, err := m.Inspect(ctx)
+		require.ErrorIs(t, err, locksmith.ErrWrongKind, "%s, read as a read-write lock", what)
+	}
+	free("nothing held yet")
+	p, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	asRW("a permit held")
+	queuedFor := other.Semaphore(key, 1)
+	waiter := waitBehind("a waiter for a permit", func(ctx context.Context) (*locksmith.Lock, error) {
+		return queuedFor.Acquire(ctx, waiting)
+	}, func() bool { st, err := sem.Inspect(ctx); return err == nil && st.Queued == 1 })
+	asRW("every permit held, with a waiter queued")
+	require.ErrorIs(t, waiter().err, locksmith.ErrNotObtained)
+	require.NoError(t, p.Release(ctx))
+	free("released")
+}

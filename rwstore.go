@@ -64,6 +64,9 @@ func (s scriptStore) inspectRW(ctx context.Context, k Keys) (rawRW, error) {
 	if err != nil {
 		return rawRW{}, err
 	}
+	if len(res) == 1 && res[0] == int64(-1) {
+		return rawRW{}, fmt.Errorf("%w: the key holds a semaphore, not a read-write lock", ErrWrongKind)
+	}
 	if len(res) != 3 {
 		return rawRW{}, errBadReply
 	}

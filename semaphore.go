@@ -145,8 +145,8 @@ func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
 // permitKind is a permit of a semaphore with a limit: see holdKind.
 type permitKind struct{ limit int }
 
-func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool) (acquireRes, error) {
-	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit, queue: waiting})
+func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error) {
+	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit, queue: waiting, peers: peers})
 }
 
 func (permitKind) handles(st store) holdStore { return st.permits() }
@@ -177,8 +177,10 @@ type SemaphoreStatus struct {
 	// WithFencing), or 0 when none was.
 	Fence int64
 	// Queued is the number of waiters queued for a handoff of a permit:
-	// about one per Locker with Acquire calls waiting for one. Waiters on
-	// a Locker from NewQuorum are not queued (it refuses semaphores).
+	// about one per Locker with Acquire calls waiting for one, plus, for
+	// at most 5s, one for each goroutine whose first attempt raced with
+	// another of the same Locker's (see docs/behaviour.md). Waiters on a
+	// Locker from NewQuorum are not queued (it refuses semaphores).
 	Queued int
 	// Listening is how many pub/sub connections listen for the
 	// semaphore's releases: about one per Locker with Acquire calls

@@ -314,6 +314,9 @@ type acquireRes struct {
 	acked     int
 	holderTTL time.Duration
 	holder    string
+	// peersHolding are the tokens, among the peers a refused attempt
+	// for a permit named (see notifier.peersQueued), that hold one.
+	peersHolding []string
 	// mine is set, with ok, when a queued attempt found the lock holding
 	// the caller's token already: a release handed it over and the
 	// caller had not heard the announcement yet (or, rarely, an earlier
