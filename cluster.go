@@ -9,12 +9,14 @@ import (
 )
 
 // Redis Cluster: where keys and channels live, where scripts that name a
-// lock's handoff queue go, what a refusal while a slot moves means, and
-// how a Locker's subscriptions follow a slot that moved (rehome).
-// This is the one place that asks what kind of client it was given.
+// lock's handoff queue go, and what a refusal while a slot moves means
+// (how a Locker's subscriptions follow a slot that moved is the
+// notifier's: see internal/notify). This is the one place that asks what
+// kind of client it was given.
 
 // topology is a client and, when it is a Redis Cluster client, the same
-// client as such: the store and the subscriber route by it.
+// client as such: the store routes by it, and the notifier is made with
+// both (see newNotifier).
 type topology struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless the client is a cluster client
@@ -40,32 +42,6 @@ func (t topology) master(ctx context.Context, key string) (redis.UniversalClient
 		return nil, fmt.Errorf("%w: %w", errNoMaster, err)
 	}
 	return master, nil
-}
-
-// nodeOf names the node that serves channel's slot: on Redis Cluster the
-// address of its master as the cluster client knows it (it asks the
-// cluster only when it knows nothing yet); "" elsewhere, or when the
-// cluster cannot say.
-func (t topology) nodeOf(ctx context.Context, channel string) string {
-	if t.cluster == nil {
-		return ""
-	}
-	master, err := t.cluster.MasterForKey(ctx, channel)
-	if err != nil {
-		return ""
-	}
-	return master.Options().Addr
-}
-
-// reload makes a cluster client learn again which master owns which slot,
-// in the background; elsewhere it does nothing. It reports whether it
-// did anything.
-func (t topology) reload(ctx context.Context) bool {
-	if t.cluster == nil {
-		return false
-	}
-	t.cluster.ReloadState(ctx)
-	return true
 }
 
 // queueClient returns the client for scripts that name a lock's handoff
@@ -102,40 +78,4 @@ func clusterRefused(err error) bool {
 		}
 	}
 	return false
-}
-
-// rehome moves the keys of c whose channels another node owns now to that
-// node's connection, subscribing them there.
-func (n *notifier) rehome(c *subConn) {
-	n.mu.Lock()
-	channels := make([]string, 0, len(c.keys))
-	for ch := range c.keys {
-		channels = append(channels, ch)
-	}
-	n.mu.Unlock()
-	nodes := make([]string, len(channels))
-	for i, ch := range channels {
-		nodes[i] = n.nodeOf(n.ctx, ch)
-	}
-	type subscription struct {
-		ps *redis.PubSub
-		ch string
-	}
-	var moved []subscription
-	n.mu.Lock()
-	for i, ch := range channels {
-		q := c.keys[ch]
-		if q == nil || nodes[i] == c.node {
-			continue
-		}
-		delete(c.keys, ch)
-		q.subscribed = false
-		if ps := n.subscribeLocked(q, nodes[i]); ps != nil {
-			moved = append(moved, subscription{ps, ch})
-		}
-	}
-	n.mu.Unlock()
-	for _, m := range moved {
-		_ = n.subscribe(n.ctx, m.ps, m.ch)
-	}
 }

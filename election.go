@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Leader election: one lock, campaigned for by every candidate, whose
@@ -174,7 +176,7 @@ func (e *Election) campaign(ctx, sctx context.Context, value string) (*Term, tri
 		// Tell observers at once: a lock taken while free is announced
 		// by nobody else (a handoff was announced by the release). A
 		// failure only delays them until they poll.
-		_ = e.l.store.news(sctx, lk.ref.channel.(string), newsMark+"leader")
+		_ = e.l.store.news(sctx, lk.ref.channel.(string), notify.NewsMark+"leader")
 	}
 	return t, tr, nil
 }

@@ -8,13 +8,7 @@ import "github.com/redis/go-redis/v9"
 // QueuedWaiters returns how many of l's Obtain calls wait in its queue for
 // the key whose release channel is channel.
 func QueuedWaiters(l *Locker, channel string) int {
-	n := l.notify
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if q := n.keys[channel]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
+	return l.notify.Waiters(channel)
 }
 
 // NewObservedBuffer is New with observer o, whose events wait in a buffer

@@ -2,8 +2,8 @@ package locksmith
 
 import (
 	"strconv"
-	"strings"
-	"time"
+
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Handing a lock over, the way this package does it:
@@ -27,8 +27,8 @@ import (
 // handoff queue holds about one entry per Locker and serves the Lockers
 // first come, first served; when a Locker's head leaves with the lock, its
 // next head queues at once. An entry lapses queueEntryLife after it was
-// last renewed (the head renews it after queueEntryRenew, keeping its
-// place), so a Locker that dies while it waits can be handed the lock only
+// last renewed (the head renews it after notify.QueueEntryRenew, keeping
+// its place), so a Locker that dies while it waits can be handed the lock only
 // within that time, and then holds up its successors for one TTL. A waiter that
 // gives up withdraws its entry, releasing the lock if it was handed over
 // meanwhile.
@@ -44,8 +44,8 @@ import (
 // the lock held by another waiter of the same Locker tells that waiter to
 // try, which returns the lock to it if it missed the announcement. A
 // permit's attempt cannot learn every holder, so it names the waiters of
-// its Locker whose entries may be live (notifier.peersQueued) and learns
-// which of them hold a permit.
+// its Locker whose entries may be live (Notifier.PeersQueued, in
+// internal/notify) and learns which of them hold a permit.
 //
 // On Redis Cluster, scripts that name the queue go to the master of the
 // lock's slot through that master's own client, and fall back to scripts
@@ -59,11 +59,9 @@ import (
 // replicas. Their waiters are woken by the announcement of a plain release
 // and try, as wait.go describes.
 
-// Lifetimes of handoff queue entries.
-const (
-	queueEntryLife  = 5 * time.Second
-	queueEntryRenew = 2 * time.Second
-)
+// queueEntryLife is how long a handoff queue entry lives unless renewed,
+// as the notifier, which renews it, counts it (see notify.QueueEntryLife).
+const queueEntryLife = notify.QueueEntryLife
 
 // queueEntryLifeMS is queueEntryLife as the acquire script takes it.
 var queueEntryLifeMS any = queueEntryLife.Milliseconds()
@@ -76,28 +74,4 @@ func queueEntry(ttlMS int64, fenced bool, token string) string {
 		f = " 1 "
 	}
 	return strconv.FormatInt(ttlMS, 10) + f + token
-}
-
-// handoff is an announced handoff: the lock now holds token, with ttl,
-// and fence as its fencing token (0 without fencing).
-type handoff struct {
-	token string
-	ttl   time.Duration
-	fence int64
-}
-
-// parseHandoff reads the announcement of a handoff; ok is false for
-// anything else, such as the empty announcement of a plain release.
-func parseHandoff(payload string) (h handoff, ok bool) {
-	ttl, rest, ok1 := strings.Cut(payload, " ")
-	fence, token, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || token == "" {
-		return handoff{}, false
-	}
-	ms, err1 := strconv.ParseInt(ttl, 10, 64)
-	f, err2 := strconv.ParseInt(fence, 10, 64)
-	if err1 != nil || err2 != nil || ms <= 0 || f < 0 {
-		return handoff{}, false
-	}
-	return handoff{token: token, ttl: time.Duration(ms) * time.Millisecond, fence: f}, true
 }

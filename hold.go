@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Holds that others may share: a permit of a semaphore, a read or write
@@ -17,7 +18,7 @@ type holdKind interface {
 	// take sends one attempt to take a hold for ref, by a caller that
 	// waits if it fails, when waiting is set. peers are the tokens of the
 	// caller's fellow waiters that a release may have handed the hold to
-	// unheard (see notifier.peersQueued): a kind whose holds are handed
+	// unheard (see Notifier.PeersQueued): a kind whose holds are handed
 	// over reports those of them that hold one.
 	take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error)
 	// handles returns what the handles of such holds run on.
@@ -105,11 +106,10 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 	}
 	a.waiting = true
 	ch := companion(cfg.prefix, a.key, releasedKind)
-	t := l.notify.ticket(ch)
-	if t.queued {
+	t := l.notify.Ticket(ch)
+	if t.Queued {
 		// Others of this Locker wait already: queue up behind them.
-		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, uuid.NewString(), a.kind.queued(), time.Time{})
-		w.shares = true
+		w := l.notify.Join(ctx, ch, t, noAttempt, uuid.NewString(), a.kind.queued(), true, time.Time{})
 		return l.wait(ctx, a.key, a, backoff, delay, w, tries{})
 	}
 	token := uuid.NewString()
@@ -118,8 +118,7 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 	if lk != nil || err != nil {
 		return lk, tries{attempts: 1}, err
 	}
-	w := l.notify.join(ctx, ch, t, res, token, a.kind.queued(), start)
-	w.shares = true
+	w := l.notify.Join(ctx, ch, t, res.attempt(), token, a.kind.queued(), true, start)
 	return l.wait(ctx, a.key, a, backoff, delay, w, tries{attempts: 1})
 }
 
@@ -147,12 +146,12 @@ func (a *holdAttempts) newHandle(token string) *Lock {
 	return lk
 }
 
-func (a *holdAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
+func (a *holdAttempts) attempt(ctx context.Context, w *notify.Waiter) (*Lock, acquireRes, error) {
 	var peers []string
 	if a.queues() {
-		peers = a.l.notify.peersQueued(w)
+		peers = a.l.notify.PeersQueued(w)
 	}
-	return a.try(ctx, w.token, peers)
+	return a.try(ctx, w.Token(), peers)
 }
 
 // queues reports whether the holds of a are handed over to queued
@@ -164,16 +163,16 @@ func (a *holdAttempts) queues() bool {
 // handedOver returns the hold a release handed to w, as h announced (a
 // permit: the other kinds' releases announce nothing that names a
 // waiter).
-func (a *holdAttempts) handedOver(ctx context.Context, w *waiter, h *handoff, since time.Time) (*Lock, error) {
+func (a *holdAttempts) handedOver(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
 	if !a.queues() {
 		return nil, fmt.Errorf("locksmith: %q: this kind of hold is not handed over", a.key)
 	}
-	return a.l.claimHandoff(ctx, a.key, &a.cfg, a.newHandle(w.token), w, h, since)
+	return a.l.claimHandoff(ctx, a.key, &a.cfg, a.newHandle(w.Token()), w, h, since)
 }
 
-func (a *holdAttempts) leave(ctx context.Context, w *waiter) {
-	if a.l.notify.leave(w) {
-		deleteIfOwned(ctx, a.newHandle(w.token))
+func (a *holdAttempts) leave(ctx context.Context, w *notify.Waiter) {
+	if a.l.notify.Leave(w) {
+		deleteIfOwned(ctx, a.newHandle(w.Token()))
 	}
 }
 

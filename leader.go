@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Reading an election's leader: once (Leader), or as it changes (Observe).
@@ -128,24 +130,24 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 		return nil, err
 	}
 	out := make(chan Leader, 1)
-	if !e.l.notify.spawn(func() { e.observe(ctx, out) }) {
+	if !e.l.notify.Spawn(func() { e.observe(ctx, out) }) {
 		return nil, fmt.Errorf("%w: observing %q", ErrClosed, e.name)
 	}
 	return out, nil
 }
 
 // observe runs an observer, posting on out, which it closes when it
-// returns: when ctx ends or the notifier is closed.
+// returns: when ctx ends or the Locker is closed.
 func (e *Election) observe(ctx context.Context, out chan Leader) {
 	defer close(out)
 	n := e.l.notify
 	// Reads end when the Locker is closed, too.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(n.ctx, cancel)()
+	defer context.AfterFunc(n.Context(), cancel)()
 	k := keysOf(e.cfg.prefix, e.name)
-	w := n.watch(ctx, k.Channel)
-	defer n.unwatch(w)
+	w := n.Watch(ctx, k.Channel)
+	defer n.Unwatch(w)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var last Leader
@@ -167,14 +169,14 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 				next = min(next, cur.TTL+time.Millisecond)
 			}
 		}
-		if !n.listening(w) {
+		if !n.Listening(w) {
 			next = min(next, observeUnheard)
 		}
 		timer.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.wake:
+		case <-w.Wake():
 		case <-timer.C:
 		}
 	}
@@ -221,6 +223,15 @@ func (s scriptStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
 
 func (s scriptStore) proclaim(ctx context.Context, ref lockRef, value string) (bool, error) {
 	res, err := proclaimLua.run(ctx, s.client, []any{nil, nil, 2, ref.lockKey, ref.leader,
-		ref.token, value, ref.channel, s.publish(), newsMark + "value"}).Int64()
+		ref.token, value, ref.channel, s.publish(), notify.NewsMark + "value"}).Int64()
 	return res == 1, err
+}
+
+// news publishes msg, which starts with notify.NewsMark, on ch: on Redis
+// Cluster with SPUBLISH, to the shard of ch's slot.
+func (s scriptStore) news(ctx context.Context, ch, msg string) error {
+	if s.sharded() {
+		return s.client.Do(ctx, "spublish", ch, msg).Err()
+	}
+	return s.client.Publish(ctx, ch, msg).Err()
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/locksmith-go/locksmith/internal/notify"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,7 +38,7 @@ const lostReleaseWait = time.Second
 // no longer needed, before closing the client.
 type Locker struct {
 	store  store
-	notify *notifier
+	notify *notify.Notifier
 	cfg    config
 	err    error // a bad client or default option given to New
 
@@ -73,9 +74,9 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	}
 	t := topologyOf(client)
 	l.store = newScriptStore(t)
-	l.notify = newNotifier(t)
 	l.err = l.cfg.apply(opts, &l.boxes)
 	l.observe(opts)
+	l.notify = l.newNotifier(t)
 	return l
 }
 
@@ -95,7 +96,7 @@ func (l *Locker) usable() error {
 		return l.err
 	case l.store == nil:
 		return fmt.Errorf("%w: a zero Locker; make one with New or NewQuorum", ErrInvalidArgument)
-	case l.notify.isClosed.Load():
+	case l.notify.IsClosed():
 		return ErrClosed
 	}
 	return nil
@@ -105,8 +106,18 @@ func (l *Locker) usable() error {
 // (see WithObserver and WithTracer).
 func (l *Locker) observe(opts []Option) {
 	l.obs = observerOf(opts)
-	l.notify.obs = l.obs
 	l.tracer = tracerOf(opts)
+}
+
+// newNotifier returns the notifier of l, whose client is t's: it reports
+// the states of its pub/sub connections to l's observer, if l has one
+// (observe must have set it up).
+func (l *Locker) newNotifier(t topology) *notify.Notifier {
+	var onConn func(notify.ConnEvent)
+	if ob := l.obs; ob != nil {
+		onConn = ob.connEvent
+	}
+	return notify.New(t.client, t.cluster, onConn)
 }
 
 // Close stops the Locker's background work and waits for it: the
@@ -124,7 +135,7 @@ func (l *Locker) observe(opts []Option) {
 // concurrently with other calls; it always returns nil.
 func (l *Locker) Close() error {
 	if l.notify != nil {
-		l.notify.close()
+		l.notify.Close()
 	}
 	if l.store != nil {
 		l.store.close()

@@ -2,10 +2,11 @@ package locksmith
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Observing a Locker: the events, the Observer that receives them, and
@@ -334,61 +335,13 @@ func onceResultOf(ran bool, err error) OnceResult {
 	return OnceSkipped
 }
 
-// Why a pub/sub connection was replaced, besides its own errors.
-var (
-	errSlotMoved = errors.New("locksmith: the server dropped a sharded subscription: its slot moved")
-	errNoPong    = errors.New("locksmith: no reply to PING on the pub/sub connection")
-)
+// connStates are the notifier's connection states as an Event's.
+var connStates = [...]ConnState{notify.ConnUp: ConnUp, notify.ConnDown: ConnDown,
+	notify.ConnReplaced: ConnReplaced, notify.ConnClosed: ConnClosed}
 
-// connEvents follows the state of one dispatcher's connection, and
-// reports its changes (see ConnState). It belongs to the dispatcher's
-// goroutine.
-type connEvents struct {
-	n     *notifier
-	node  string
-	up    bool // the current connection was heard from
-	down  bool // a failure was reported and no connection came up since
-	dials int  // connections dialed since the last that came up
-}
-
-func (c *connEvents) report(s ConnState, err error) {
-	if c.n.obs == nil || (s != ConnClosed && c.n.isClosed.Load()) {
-		// (Closing the Locker breaks its connections: that is no
-		// failure.)
-		return
-	}
-	attempts := 0
-	if s == ConnUp || s == ConnReplaced {
-		attempts = c.dials
-	}
-	c.n.obs.emit(Event{Kind: EventSubscriber, Conn: s, Node: c.node, Attempts: attempts, Err: err, Class: classOf(err)})
-}
-
-// dialed records that the first connection was dialed.
-func (c *connEvents) dialed() { c.dials++ }
-
-// heard records that the server answered on the connection.
-func (c *connEvents) heard() {
-	if !c.up {
-		c.up, c.down = true, false
-		c.report(ConnUp, nil)
-		c.dials = 0
-	}
-}
-
-// failed records that the connection failed with err.
-func (c *connEvents) failed(err error) {
-	c.up = false
-	if !c.down {
-		c.down = true
-		c.report(ConnDown, err)
-	}
-}
-
-// replaced records that a new connection was dialed in place of the
-// last, because of err.
-func (c *connEvents) replaced(err error) {
-	c.up = false
-	c.dials++
-	c.report(ConnReplaced, err)
+// connEvent reports a change of state of one of the notifier's pub/sub
+// connections, as an EventSubscriber.
+func (ob *observer) connEvent(e notify.ConnEvent) {
+	ob.emit(Event{Kind: EventSubscriber, Conn: connStates[e.State], Node: e.Node, Attempts: e.Attempts, Err: e.Err,
+		Class: classOf(e.Err)})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/locksmith-go/locksmith/internal/notify"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -107,17 +108,17 @@ func (l *Locker) obtainCounted(ctx context.Context, key string, cfg *config) (*L
 	// release hands the lock to a waiter.
 	queue := l.queues(cfg)
 	ch := companion(cfg.prefix, key, releasedKind)
-	t := l.notify.ticket(ch)
-	if t.queued {
+	t := l.notify.Ticket(ch)
+	if t.Queued {
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in.
-		w := l.notify.join(ctx, ch, t, acquireRes{holderTTL: -1}, newToken(cfg), queue, time.Time{})
+		w := l.notify.Join(ctx, ch, t, noAttempt, newToken(cfg), queue, false, time.Time{})
 		return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w, tries{})
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
 	mode := plainFirst
-	if t.existed {
+	if t.Existed {
 		mode = scripted
 	}
 	token := newToken(cfg)
@@ -126,7 +127,7 @@ func (l *Locker) obtainCounted(ctx context.Context, key string, cfg *config) (*L
 	if lk != nil || err != nil {
 		return lk, tries{attempts: 1}, err
 	}
-	w := l.notify.join(ctx, ch, t, res, token, queue, start)
+	w := l.notify.Join(ctx, ch, t, res.attempt(), token, queue, false, start)
 	return l.wait(ctx, key, &lockAttempts{l, key, rkey, *cfg}, backoff, delay, w, tries{attempts: 1})
 }
 
@@ -225,24 +226,24 @@ func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 // handedOver returns the lock a release handed to waiter w, as h
 // announced. Its validity runs from since, when w's first queued attempt
 // was sent (see handoff.go).
-func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, w *waiter, h *handoff, since time.Time) (*Lock, error) {
-	return l.claimHandoff(ctx, key, cfg, l.newLock(key, rkey, cfg, w.token), w, h, since)
+func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
+	return l.claimHandoff(ctx, key, cfg, l.newLock(key, rkey, cfg, w.Token()), w, h, since)
 }
 
 // claimHandoff returns lk, the handle of a lock (or permit) that a
 // release handed to waiter w, as h announced, once it is sure of it: see
 // handedOver.
-func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *Lock, w *waiter, h *handoff, since time.Time) (*Lock, error) {
-	lk.fence = h.fence
-	lk.ttl = h.ttl
-	drift := cfg.driftFor(h.ttl)
-	lk.deadline = since.Add(h.ttl - drift)
-	l.notify.won(w, lk.deadline, false)
+func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *Lock, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
+	lk.fence = h.Fence
+	lk.ttl = h.TTL
+	drift := cfg.driftFor(h.TTL)
+	lk.deadline = since.Add(h.TTL - drift)
+	l.notify.Won(w, lk.deadline, false)
 	if ctx.Err() != nil {
 		deleteIfOwned(ctx, lk)
 		return nil, notObtained(ctx, key)
 	}
-	if time.Until(lk.deadline) < h.ttl/2 {
+	if time.Until(lk.deadline) < h.TTL/2 {
 		// A long wait since the first queued attempt, or an
 		// announcement heard late: start the TTL again, from a time
 		// known, and learn the fence again. An announcement of a handoff
@@ -251,7 +252,7 @@ func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *
 		// holding's fence, lower than those of the holders in between:
 		// its deadline is past, so it always comes here.
 		start := time.Now()
-		ok, fence, err := lk.store.confirm(ctx, lk.ref, h.ttl)
+		ok, fence, err := lk.store.confirm(ctx, lk.ref, h.TTL)
 		switch {
 		case err != nil || !ok:
 			deleteIfOwned(ctx, lk)
@@ -266,11 +267,11 @@ func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *
 		if lk.ref.fenced() {
 			lk.fence = fence
 		}
-		lk.deadline = start.Add(h.ttl - drift)
+		lk.deadline = start.Add(h.TTL - drift)
 		if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
 			deleteIfOwned(ctx, lk)
 			return nil, fmt.Errorf("%w: the reply confirming the handoff of %q took %v, longer than its validity of %v",
-				ErrLockLost, key, elapsed, h.ttl-drift)
+				ErrLockLost, key, elapsed, h.TTL-drift)
 		}
 	}
 	return lk, nil
@@ -279,20 +280,10 @@ func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *
 // leave takes w out of its queue once its Obtain call returns. A waiter
 // that did not get the lock withdraws from the handoff queue, releasing
 // the lock if it was handed over meanwhile.
-func (l *Locker) leave(ctx context.Context, key, rkey string, cfg *config, w *waiter) {
-	if l.notify.leave(w) {
-		deleteIfOwned(ctx, l.newLock(key, rkey, cfg, w.token))
+func (l *Locker) leave(ctx context.Context, key, rkey string, cfg *config, w *notify.Waiter) {
+	if l.notify.Leave(w) {
+		deleteIfOwned(ctx, l.newLock(key, rkey, cfg, w.Token()))
 	}
-}
-
-// holderExpiry returns when a holder whose remaining TTL an attempt
-// reported will have lost the lock, or zero when its key has no expiry.
-func holderExpiry(holderTTL time.Duration) time.Time {
-	if holderTTL < 0 {
-		return time.Time{}
-	}
-	// Redis reports whole milliseconds, rounded: allow one more.
-	return time.Now().Add(holderTTL + time.Millisecond)
 }
 
 // newBackoff starts one call's retries; a strategy that returns no Backoff

@@ -74,11 +74,11 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 	}
 	q := newQuorumStore(nodes)
 	l.store = q
-	l.notify = newNotifier(topologyOf(clients[0]))
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
 		l.err = q.allows(l.cfg.usage(callLock))
 	}
 	l.observe(opts)
+	l.notify = l.newNotifier(topologyOf(clients[0]))
 	return l
 }
 

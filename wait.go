@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Waiting for a lock, the way this package does it:
@@ -51,16 +53,20 @@ import (
 // are never handed over: a release announces that a permit is free, and
 // the head of each Locker's queue tries for it.
 
+// The subscriptions, the queues and what an announcement does to them
+// are the Locker's notifier (see internal/notify); wait drives one waiter
+// through its queue.
+
 // An attempter makes the attempts of one waiting call, for a lock or for a
 // permit of a semaphore.
 type attempter interface {
 	// attempt makes one attempt for w, as tryObtain does.
-	attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error)
+	attempt(ctx context.Context, w *notify.Waiter) (*Lock, acquireRes, error)
 	// handedOver returns what a release handed to w, as h announced,
 	// counting its validity from since.
-	handedOver(ctx context.Context, w *waiter, h *handoff, since time.Time) (*Lock, error)
+	handedOver(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error)
 	// leave takes w out of its queue as its call returns.
-	leave(ctx context.Context, w *waiter)
+	leave(ctx context.Context, w *notify.Waiter)
 	// busy is the error when the strategy gives up: what w waits for is
 	// still held by others.
 	busy() error
@@ -75,15 +81,15 @@ type lockAttempts struct {
 	cfg       config
 }
 
-func (a *lockAttempts) attempt(ctx context.Context, w *waiter) (*Lock, acquireRes, error) {
-	return a.l.tryObtain(ctx, a.key, a.rkey, &a.cfg, scripted, w.token, w.queue)
+func (a *lockAttempts) attempt(ctx context.Context, w *notify.Waiter) (*Lock, acquireRes, error) {
+	return a.l.tryObtain(ctx, a.key, a.rkey, &a.cfg, scripted, w.Token(), w.Queues())
 }
 
-func (a *lockAttempts) handedOver(ctx context.Context, w *waiter, h *handoff, since time.Time) (*Lock, error) {
+func (a *lockAttempts) handedOver(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
 	return a.l.handedOver(ctx, a.key, a.rkey, &a.cfg, w, h, since)
 }
 
-func (a *lockAttempts) leave(ctx context.Context, w *waiter) {
+func (a *lockAttempts) leave(ctx context.Context, w *notify.Waiter) {
 	a.l.leave(ctx, a.key, a.rkey, &a.cfg, w)
 }
 
@@ -93,22 +99,22 @@ func (a *lockAttempts) busy() error { return heldElsewhere(a.key) }
 // waits for on key, the strategy gives up, or ctx ends. The first retry
 // slot ends after delay. tr is what the call tried before; wait returns
 // it with its own attempts added.
-func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Backoff, delay time.Duration, w *waiter,
+func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Backoff, delay time.Duration, w *notify.Waiter,
 	tr tries) (*Lock, tries, error) {
 	defer a.leave(ctx, w)
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
 	defer timer.Stop()
 	for {
-		if l.notify.isClosed.Load() {
+		if l.notify.IsClosed() {
 			return nil, tr, closedErr(key)
 		}
-		if h, since := l.notify.takeHandoff(w); h != nil {
+		if h, since := l.notify.TakeHandoff(w); h != nil {
 			tr.handedOver = true
 			lk, err := a.handedOver(ctx, w, h, since)
 			return lk, tr, err
 		}
-		tryNow, tryAt, head := l.notify.plan(w)
+		tryNow, tryAt, head := l.notify.Plan(w)
 		if !tryNow {
 			wakeAt := slotEnd
 			if !tryAt.IsZero() && tryAt.Before(wakeAt) {
@@ -118,7 +124,7 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 			select {
 			case <-ctx.Done():
 				return nil, tr, notObtained(ctx, key)
-			case <-w.wake:
+			case <-w.Wake():
 				continue
 			case <-timer.C:
 			}
@@ -143,27 +149,27 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 			}
 		}
 		start := time.Now()
-		l.notify.sending(w)
+		l.notify.Sending(w)
 		lk, res, err := a.attempt(ctx, w)
 		tr.attempts++
 		if err != nil {
 			if res.cleaned {
 				// Withdrawn already: leave need not send it again (nor
 				// wait as long again for an unreachable Redis).
-				l.notify.withdrawn(w)
+				l.notify.Withdrawn(w)
 			}
 			return nil, tr, err
 		}
-		l.notify.observe(time.Since(start))
+		l.notify.Observe(time.Since(start))
 		if lk != nil {
 			// A release may have handed the lock over before its
 			// announcement reached this Locker (one heard returns
 			// above): the attempt found it holding w's token already.
 			tr.handedOver = res.mine
-			l.notify.won(w, lk.Deadline(), res.more)
+			l.notify.Won(w, lk.Deadline(), res.more)
 			return lk, tr, nil
 		}
-		l.notify.lost(w, res, start)
+		l.notify.Lost(w, res.attempt(), start)
 		// The strategy's budget is its delays: an attempt made within a
 		// slot, because of an announcement or the holder's TTL, leaves
 		// the slot running; one at or after its end starts the next.
@@ -182,22 +188,11 @@ func closedErr(key string) error {
 	return fmt.Errorf("%w: obtaining %q", ErrClosed, key)
 }
 
-// observe folds the duration of one attempt into the round-trip
-// estimate. The estimate follows the fastest attempts (it drops to any
-// faster one, and rises only slowly) because slow ones measure a busy
-// process or server, not the network, and a deferral that grows with them
-// would delay every handoff.
-func (n *notifier) observe(d time.Duration) {
-	old := n.rtt.Load()
-	if old == 0 || int64(d) < old {
-		n.rtt.Store(int64(d))
-		return
-	}
-	n.rtt.Store(old + (int64(d)-old)/64)
+// attempt returns what a refused attempt learned of the holders, for the
+// notifier.
+func (r acquireRes) attempt() notify.Attempt {
+	return notify.Attempt{HolderTTL: r.holderTTL, Holder: r.holder, PeersHolding: r.peersHolding}
 }
 
-// roundTrip returns how long a Locker defers to its rivals after its own
-// release: about one round trip, within bounds.
-func (n *notifier) roundTrip() time.Duration {
-	return min(max(time.Duration(n.rtt.Load()), 50*time.Microsecond), 5*time.Millisecond)
-}
+// noAttempt is what a waiter that joins without an attempt knows.
+var noAttempt = notify.Attempt{HolderTTL: -1}

@@ -1,4 +1,4 @@
-package locksmith
+package notify
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 
 // until polls cond under the notifier's lock until it holds, or fails t
 // after d.
-func until(t *testing.T, n *notifier, d time.Duration, cond func() bool, what string) {
+func until(t *testing.T, n *Notifier, d time.Duration, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -38,12 +38,12 @@ func TestCrossedUnsubscribeResubscribes(t *testing.T) {
 	ctx := t.Context()
 	client := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = client.Close() })
-	n := newNotifier(topologyOf(client))
-	t.Cleanup(n.close)
+	n := New(client, nil, nil)
+	t.Cleanup(n.Close)
 
 	const ch = "test:crossed"
-	w := n.join(ctx, ch, ticket{}, acquireRes{holderTTL: -1}, "token", false, time.Time{})
-	t.Cleanup(func() { n.leave(w) })
+	w := n.Join(ctx, ch, Ticket{}, Attempt{HolderTTL: -1}, "token", false, false, time.Time{})
+	t.Cleanup(func() { n.Leave(w) })
 	q := w.q
 	until(t, n, 5*time.Second, func() bool { return q.subscribed }, "subscribed")
 	n.mu.Lock()

@@ -1,4 +1,4 @@
-package locksmith
+package notify
 
 import (
 	"context"
@@ -11,18 +11,23 @@ import (
 // every announcement (releases, handoffs, news) and of every change of
 // the subscription, and then reads what it needs from Redis itself.
 
-// newsMark starts an announcement that tells watchers only, such as an
+// NewsMark starts an announcement that tells watchers only, such as an
 // election's new leader or value: nothing was released, so waiters ignore
 // it.
-const newsMark = "!"
+const NewsMark = "!"
 
-// watcher is one listener to a key's channel.
-type watcher struct {
+// A Watcher is one listener to a key's channel, from Watch until Unwatch.
+type Watcher struct {
 	q *keyQueue
 	// wake has room for one signal: that something was heard, or that the
 	// subscription changed.
 	wake chan struct{}
 }
+
+// Wake returns the channel on which w is told that something was heard on
+// its channel, that its subscription changed, or that the Notifier was
+// closed. It holds one signal at most, and is never closed.
+func (w *Watcher) Wake() <-chan struct{} { return w.wake }
 
 // tellWatchers signals every watcher of q; mu is held.
 func (q *keyQueue) tellWatchers() {
@@ -34,16 +39,16 @@ func (q *keyQueue) tellWatchers() {
 	}
 }
 
-// watch starts listening to the channel ch. Its subscription is set up in
-// the background, as a waiter's is (see join), and the SUBSCRIBE, when
+// Watch starts listening to the channel ch. Its subscription is set up in
+// the background, as a waiter's is (see Join), and the SUBSCRIBE, when
 // the connection is up, is sent under ctx; until the server confirms it,
-// listening reports false, and the watcher should poll. unwatch must end
+// Listening reports false, and the watcher should poll. Unwatch must end
 // it.
-func (n *notifier) watch(ctx context.Context, ch string) *watcher {
+func (n *Notifier) Watch(ctx context.Context, ch string) *Watcher {
 	node := n.nodeFor(ctx, ch)
 	n.mu.Lock()
 	q, _, subscribeOn := n.keyLocked(ch, node)
-	w := &watcher{q: q, wake: make(chan struct{}, 1)}
+	w := &Watcher{q: q, wake: make(chan struct{}, 1)}
 	q.watchers = append(q.watchers, w)
 	n.mu.Unlock()
 	if subscribeOn != nil {
@@ -52,17 +57,17 @@ func (n *notifier) watch(ctx context.Context, ch string) *watcher {
 	return w
 }
 
-// listening reports whether w's channel is subscribed: whether w hears
+// Listening reports whether w's channel is subscribed: whether w hears
 // what is announced on it from now on.
-func (n *notifier) listening(w *watcher) bool {
+func (n *Notifier) Listening(w *Watcher) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return w.q.subscribed
 }
 
-// unwatch stops w; its key stays subscribed for a while (notifyLinger)
+// Unwatch stops w; its key stays subscribed for a while (notifyLinger)
 // when nobody else waits for or watches it.
-func (n *notifier) unwatch(w *watcher) {
+func (n *Notifier) Unwatch(w *Watcher) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := w.q
@@ -76,30 +81,4 @@ func (n *notifier) unwatch(w *watcher) {
 		q.watchers = nil
 		q.idleSince = time.Now()
 	}
-}
-
-// news publishes msg, which starts with newsMark, on ch: on Redis
-// Cluster with SPUBLISH, to the shard of ch's slot.
-func (s scriptStore) news(ctx context.Context, ch, msg string) error {
-	if s.sharded() {
-		return s.client.Do(ctx, "spublish", ch, msg).Err()
-	}
-	return s.client.Publish(ctx, ch, msg).Err()
-}
-
-// spawn runs f on a goroutine of its own that close waits for, unless the
-// notifier is closed, and reports whether it did. f must return soon
-// after n.ctx is cancelled.
-func (n *notifier) spawn(f func()) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.isClosed.Load() {
-		return false
-	}
-	n.electionObservers.Add(1)
-	go func() {
-		defer n.electionObservers.Done()
-		f()
-	}()
-	return true
 }

@@ -1,4 +1,4 @@
-package locksmith
+package notify
 
 import (
 	"context"
@@ -9,16 +9,17 @@ import (
 )
 
 // The queue of a Locker's waiters for one key: who tries, when, and what
-// an attempt or a handoff changes (see wait.go for the whole story).
+// an attempt or a handoff changes (see the root package's wait.go for the
+// whole story).
 
 // keyQueue is the state of one key's waiters in one Locker.
 type keyQueue struct {
 	channel string
 	conn    *subConn  // the connection the channel is subscribed on
-	waiters []*waiter // in arrival order; waiters[0] is the head
+	waiters []*Waiter // in arrival order; waiters[0] is the head
 	// woken is the head when it has been told to try and has not yet
 	// reported back; nil otherwise.
-	woken *waiter
+	woken *Waiter
 	// pending records a release announced while woken was trying: if
 	// that attempt fails, the head tries again.
 	pending bool
@@ -36,13 +37,13 @@ type keyQueue struct {
 	// hand over several permits while a waiter's attempt is on its way
 	// back), newest last, for a waiter whose attempt queued it and that
 	// joins after its handoff was heard.
-	handedTo []handoff
+	handedTo []Handoff
 	// idleSince is when the last waiter or watcher left, for
 	// unsubscribing.
 	idleSince time.Time
 	// watchers hear of everything announced on the channel (see
 	// watch.go); the key stays subscribed while it has any.
-	watchers []*watcher
+	watchers []*Watcher
 
 	// Fairness between Lockers. Redis sends an announcement to its
 	// subscribers one after the other, always in the same order, so
@@ -56,25 +57,25 @@ type keyQueue struct {
 	notBefore time.Time // the woken head waits until then
 }
 
-// waiter is one Obtain call waiting in a queue.
-type waiter struct {
+// A Waiter is one Obtain call (or Acquire, ObtainRead, ...) waiting in a
+// key's queue, from Join until Leave.
+type Waiter struct {
 	q *keyQueue
 	// wake asks the waiter to look at the queue again: it may have been
 	// woken to try, or become the head, or been handed the lock. It has
 	// room for one signal.
 	wake chan struct{}
 	// token is the token of every attempt of the waiter, and of its entry
-	// in the handoff queue (see handoff.go).
+	// in the handoff queue (see the root package's handoff.go).
 	token string
 	// queue is whether the waiter's attempts queue it for handoffs.
 	queue bool
 	// shares is whether what it waits for may be held by several at
 	// once (a permit, a read hold): when it wins, the next waiter tries
-	// at once, since more may be free. Set by the waiter's own
-	// goroutine as it joins, before it waits.
+	// at once, since more may be free. Set by Join.
 	shares bool
 
-	// Guarded by the notifier's mu:
+	// Guarded by the Notifier's mu:
 
 	// queued is set once an attempt that queues the waiter was sent: its
 	// entry may be in the handoff queue.
@@ -85,7 +86,7 @@ type waiter struct {
 	// renewed (zero: it has none).
 	since, renewAt, entryUntil time.Time
 	// handedOver is the handoff of the lock to the waiter, once heard.
-	handedOver *handoff
+	handedOver *Handoff
 	// missed is set when an attempt found that the lock was handed to
 	// the waiter without its hearing of it: it should try.
 	missed bool
@@ -93,43 +94,74 @@ type waiter struct {
 	done bool
 }
 
-func (w *waiter) signal() {
+func (w *Waiter) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 }
 
-// ticket is what a waiter knows about a key's announcements before its
+// Wake returns the channel on which w is asked to look at its queue again
+// (through Plan and TakeHandoff): it may have been woken to try, or
+// become the head, or been handed the lock, or the Notifier was closed.
+// It holds one signal at most, and is never closed.
+func (w *Waiter) Wake() <-chan struct{} { return w.wake }
+
+// Token returns w's token: the token of every attempt it makes, and of
+// its entry in the handoff queue.
+func (w *Waiter) Token() string { return w.token }
+
+// Queues reports whether w's attempts queue it for handoffs.
+func (w *Waiter) Queues() bool { return w.queue }
+
+// A Ticket is what a waiter knows about a key's announcements before its
 // first attempt.
-type ticket struct {
-	queued  bool   // other waiters of this Locker are already waiting
-	existed bool   // the key had a queue (and maybe a subscription)
+type Ticket struct {
+	Queued  bool   // other waiters of this Locker are already waiting
+	Existed bool   // the key had a queue (and maybe a subscription)
 	events  uint64 // the queue's events by then
 }
 
-// ticket returns the state of the queue of the lock whose releases are
-// announced on ch, before an attempt.
-func (n *notifier) ticket(ch string) ticket {
+// Ticket returns the state of the queue of the lock whose releases are
+// announced on ch, before an attempt. It takes no lock when no key has a
+// queue.
+func (n *Notifier) Ticket(ch string) Ticket {
 	if n.active.Load() == 0 {
-		return ticket{}
+		return Ticket{}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := n.keys[ch]
 	if q == nil {
-		return ticket{}
+		return Ticket{}
 	}
-	return ticket{queued: len(q.waiters) > 0, existed: true, events: q.events}
+	return Ticket{Queued: len(q.waiters) > 0, Existed: true, events: q.events}
 }
 
-// join adds a waiter at the back of the queue of the lock whose releases
-// are announced on ch. t is the ticket taken
-// before the waiter's attempt, and res what that attempt learned (a
-// negative holderTTL if it made none). token is the waiter's token, queue
-// whether its attempts queue it for handoffs, and sent when its attempt
-// was sent (zero if it made none).
-func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes, token string, queue bool, sent time.Time) *waiter {
+// An Attempt is what a waiter's refused attempt learned of those who hold
+// what it waits for.
+type Attempt struct {
+	// HolderTTL is the holder's remaining TTL: negative when unknown, or
+	// when no attempt was made.
+	HolderTTL time.Duration
+	// Holder is the holder's token, when the attempt learned it (a
+	// queued attempt for a lock).
+	Holder string
+	// PeersHolding are the tokens, among the peers a refused attempt for
+	// a permit named (see PeersQueued), that hold one.
+	PeersHolding []string
+}
+
+// Join adds a waiter at the back of the queue of the lock whose releases
+// are announced on ch, subscribing the channel if it is not: on a
+// connection that is up, it sends the SUBSCRIBE itself, bounded by ctx.
+// t is the ticket taken before the waiter's attempt, and a what that
+// attempt learned (a negative HolderTTL if it made none). token is the
+// waiter's token, queue whether its attempts queue it for handoffs,
+// shares whether what it waits for may be held by several at once (a
+// permit, a read hold), and sent when its attempt was sent (zero if it
+// made none). Leave must end the wait.
+func (n *Notifier) Join(ctx context.Context, ch string, t Ticket, a Attempt, token string, queue, shares bool, sent time.Time) *Waiter {
 	node := n.nodeFor(ctx, ch)
 	var subscribeOn *redis.PubSub
 	n.mu.Lock()
@@ -146,16 +178,16 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 	// the key gets the connection of unknown shards, and moves to its own
 	// shard's when that refuses it: see rehome.)
 	q, created, subscribeOn := n.keyLocked(ch, node)
-	if holderUntil := holderExpiry(res.holderTTL); !holderUntil.IsZero() {
+	if holderUntil := holderExpiry(a.HolderTTL); !holderUntil.IsZero() {
 		q.holderUntil = holderUntil
 	}
-	n.heldByLocked(q, res.holder)
-	w := &waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue}
+	n.heldByLocked(q, a.Holder)
+	w := &Waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue, shares: shares}
 	if queue && !sent.IsZero() {
-		w.queued, w.since, w.renewAt = true, sent, sent.Add(queueEntryRenew)
-		w.entryUntil = time.Now().Add(queueEntryLife)
+		w.queued, w.since, w.renewAt = true, sent, sent.Add(QueueEntryRenew)
+		w.entryUntil = time.Now().Add(QueueEntryLife)
 		for i := range q.handedTo {
-			if h := q.handedTo[i]; h.token == token {
+			if h := q.handedTo[i]; h.Token == token {
 				// Handed over before the waiter joined.
 				w.handedOver = &h
 				w.signal()
@@ -166,7 +198,7 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 	// A release announced between the ticket and now may have found no
 	// waiter to wake: make up for it. (A new subscription needs nothing:
 	// its confirmation wakes the head.)
-	if !created && q.subscribed && (!t.existed || t.events != q.events) {
+	if !created && q.subscribed && (!t.Existed || t.events != q.events) {
 		n.kickLocked(q)
 	}
 	return w
@@ -176,8 +208,8 @@ func (n *notifier) join(ctx context.Context, ch string, t ticket, res acquireRes
 // has no queue yet would be subscribed on: on Redis Cluster its shard's,
 // found before taking mu, since the cluster client may have to ask; ""
 // otherwise.
-func (n *notifier) nodeFor(ctx context.Context, ch string) string {
-	if n.sharded() && n.ticket(ch) == (ticket{}) {
+func (n *Notifier) nodeFor(ctx context.Context, ch string) string {
+	if n.sharded() && n.Ticket(ch) == (Ticket{}) {
 		return n.nodeOf(ctx, ch)
 	}
 	return ""
@@ -188,7 +220,7 @@ func (n *notifier) nodeFor(ctx context.Context, ch string) string {
 // created says whether it did. When it returns a connection, the caller
 // must send the SUBSCRIBE on it once it has released mu (see
 // subscribeLocked).
-func (n *notifier) keyLocked(ch, node string) (q *keyQueue, created bool, subscribeOn *redis.PubSub) {
+func (n *Notifier) keyLocked(ch, node string) (q *keyQueue, created bool, subscribeOn *redis.PubSub) {
 	if q = n.keys[ch]; q != nil {
 		return q, false, nil
 	}
@@ -205,7 +237,7 @@ func (q *keyQueue) idle() bool {
 
 // kickLocked wakes the head of q to try, or, when a woken waiter is
 // already trying, records that it should try once more.
-func (n *notifier) kickLocked(q *keyQueue) {
+func (n *Notifier) kickLocked(q *keyQueue) {
 	switch {
 	case len(q.waiters) == 0:
 	case q.woken != nil:
@@ -216,11 +248,11 @@ func (n *notifier) kickLocked(q *keyQueue) {
 	}
 }
 
-// plan tells waiter w what to do next: try now, or sleep until at most
+// Plan tells waiter w what to do next: try now, or sleep until at most
 // tryAt (zero: until woken or its retry slot ends) and then try. head is
 // whether w is at the head of its queue, and so tries at the end of its
 // retry slot too.
-func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, head bool) {
+func (n *Notifier) Plan(w *Waiter) (tryNow bool, tryAt time.Time, head bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := w.q
@@ -253,7 +285,7 @@ func (n *notifier) plan(w *waiter) (tryNow bool, tryAt time.Time, head bool) {
 // never renew its mark, and every one of them would wait for it to
 // lapse. A lock's waiters all leave entries, so they stay in arrival
 // order. A head it replaces is told to look at the queue again.
-func (n *notifier) enqueueLocked(w *waiter) {
+func (n *Notifier) enqueueLocked(w *Waiter) {
 	q := w.q
 	at := len(q.waiters)
 	if w.queued {
@@ -270,8 +302,8 @@ func (n *notifier) enqueueLocked(w *waiter) {
 	}
 }
 
-// sending records that w is about to send an attempt.
-func (n *notifier) sending(w *waiter) {
+// Sending records that w is about to send an attempt.
+func (n *Notifier) Sending(w *Waiter) {
 	if !w.queue {
 		return
 	}
@@ -282,9 +314,10 @@ func (n *notifier) sending(w *waiter) {
 	}
 }
 
-// takeHandoff returns the handoff of the lock to w, if one was heard,
-// and when w's first queued attempt was sent.
-func (n *notifier) takeHandoff(w *waiter) (*handoff, time.Time) {
+// TakeHandoff returns the handoff of the lock to w, if one was heard
+// since the last call (nil otherwise), and when w's first queued attempt
+// was sent.
+func (n *Notifier) TakeHandoff(w *Waiter) (*Handoff, time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	h := w.handedOver
@@ -292,11 +325,11 @@ func (n *notifier) takeHandoff(w *waiter) (*handoff, time.Time) {
 	return h, w.since
 }
 
-// won reports that w got the lock, by its attempt or a handoff: it leaves
+// Won reports that w got the lock, by its attempt or a handoff: it leaves
 // the queue, and its lock expires at holderUntil. more is set when the
 // attempt found more free (a permit, room for readers): the next waiter
 // of a shared hold then tries at once.
-func (n *notifier) won(w *waiter, holderUntil time.Time, more bool) {
+func (n *Notifier) Won(w *Waiter, holderUntil time.Time, more bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.triedLocked(w, true, holderUntil)
@@ -307,23 +340,23 @@ func (n *notifier) won(w *waiter, holderUntil time.Time, more bool) {
 	}
 }
 
-// lost reports that w's attempt, sent at sent, found the lock taken, and
-// what it learned of the holder.
-func (n *notifier) lost(w *waiter, res acquireRes, sent time.Time) {
+// Lost reports that w's attempt, sent at sent, found the lock taken, and
+// what it learned of the holders.
+func (n *Notifier) Lost(w *Waiter, a Attempt, sent time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if w.queue {
-		w.renewAt = sent.Add(queueEntryRenew)
-		w.entryUntil = time.Now().Add(queueEntryLife)
+		w.renewAt = sent.Add(QueueEntryRenew)
+		w.entryUntil = time.Now().Add(QueueEntryLife)
 	}
-	n.triedLocked(w, false, holderExpiry(res.holderTTL))
-	n.heldByLocked(w.q, res.holder)
-	for _, token := range res.peersHolding {
+	n.triedLocked(w, false, holderExpiry(a.HolderTTL))
+	n.heldByLocked(w.q, a.Holder)
+	for _, token := range a.PeersHolding {
 		n.heldByLocked(w.q, token)
 	}
 }
 
-// peersQueued returns the tokens of the waiters queued with w whose
+// PeersQueued returns the tokens of the waiters queued with w whose
 // entries in the handoff queue may still be live, other than w and those
 // that heard of a handoff to them. Only the head of a Locker's queue
 // tries, but every waiter whose first attempt raced with another's of the
@@ -331,7 +364,7 @@ func (n *notifier) lost(w *waiter, res acquireRes, sent time.Time) {
 // a permit to, unheard (see heldByLocked): w's attempt asks whether one
 // of them holds a permit. A lock's attempt needs none of this, since it
 // learns its one holder's token.
-func (n *notifier) peersQueued(w *waiter) []string {
+func (n *Notifier) PeersQueued(w *Waiter) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var tokens []string
@@ -349,7 +382,7 @@ func (n *notifier) peersQueued(w *waiter) []string {
 // announced while the subscription was down, or before the waiter
 // joined), and that waiter is told to try: its attempt will find its own
 // token and return the lock.
-func (n *notifier) heldByLocked(q *keyQueue, holder string) {
+func (n *Notifier) heldByLocked(q *keyQueue, holder string) {
 	if holder == "" {
 		return
 	}
@@ -365,7 +398,7 @@ func (n *notifier) heldByLocked(q *keyQueue, holder string) {
 // triedLocked records the outcome of w's attempt or handoff in its
 // queue's state: the holder's expiry, and whether the lock is this
 // Locker's now.
-func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
+func (n *Notifier) triedLocked(w *Waiter, won bool, holderUntil time.Time) {
 	q := w.q
 	q.holderUntil = holderUntil
 	q.ours = won
@@ -387,26 +420,26 @@ func (n *notifier) triedLocked(w *waiter, won bool, holderUntil time.Time) {
 	}
 }
 
-// withdrawn records that w's entry in the handoff queue was withdrawn,
+// Withdrawn records that w's entry in the handoff queue was withdrawn,
 // and its token deleted from the lock, by the cleanup after a failed
 // attempt.
-func (n *notifier) withdrawn(w *waiter) {
+func (n *Notifier) Withdrawn(w *Waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	w.queued, w.entryUntil = false, time.Time{}
 }
 
-// leave removes w from its queue if it is still there, passing on a wake
+// Leave removes w from its queue if it is still there, passing on a wake
 // it had not used. It reports whether w must withdraw from the handoff
 // queue: it may be queued there and did not get the lock.
-func (n *notifier) leave(w *waiter) bool {
+func (n *Notifier) Leave(w *Waiter) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.removeLocked(w)
 	return w.queued && !w.done
 }
 
-func (n *notifier) removeLocked(w *waiter) {
+func (n *Notifier) removeLocked(w *Waiter) {
 	q := w.q
 	i := 0
 	for i < len(q.waiters) && q.waiters[i] != w {

@@ -1,4 +1,4 @@
-package locksmith
+package notify
 
 import (
 	"strings"
@@ -23,7 +23,7 @@ const (
 )
 
 // handle acts on one item received on c, and says what must follow.
-func (n *notifier) handle(c *subConn, msg any) followUp {
+func (n *Notifier) handle(c *subConn, msg any) followUp {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c.up = true
@@ -34,7 +34,7 @@ func (n *notifier) handle(c *subConn, msg any) followUp {
 			return carryOn
 		}
 		q.tellWatchers()
-		if strings.HasPrefix(m.Payload, newsMark) {
+		if strings.HasPrefix(m.Payload, NewsMark) {
 			// News for watchers only (an election's new leader or
 			// value): nothing was released.
 			return carryOn
@@ -87,7 +87,7 @@ func (n *notifier) handle(c *subConn, msg any) followUp {
 }
 
 // resubscribe subscribes ps to the keys of c that are not subscribed.
-func (n *notifier) resubscribe(c *subConn, ps *redis.PubSub) {
+func (n *Notifier) resubscribe(c *subConn, ps *redis.PubSub) {
 	n.mu.Lock()
 	var channels []string
 	for ch, q := range c.keys {
@@ -102,22 +102,22 @@ func (n *notifier) resubscribe(c *subConn, ps *redis.PubSub) {
 }
 
 // handoffsKept is how many of the last handoffs of a key a Locker keeps
-// for its waiters that join after theirs was heard (see join): enough for
+// for its waiters that join after theirs was heard (see Join): enough for
 // the releases of a busy semaphore's permits during one round trip. A
-// handoff it no longer keeps is found by an attempt (see peersQueued).
+// handoff it no longer keeps is found by an attempt (see PeersQueued).
 const handoffsKept = 8
 
 // handedLocked acts on the announcement that a release handed q's lock
 // over: to one of q's waiters, which takes it, or to someone else, who
-// holds it for h.ttl.
-func (n *notifier) handedLocked(q *keyQueue, h handoff) {
+// holds it for h.TTL.
+func (n *Notifier) handedLocked(q *keyQueue, h Handoff) {
 	if len(q.handedTo) == handoffsKept {
 		q.handedTo = append(q.handedTo[:0], q.handedTo[1:]...)
 	}
 	q.handedTo = append(q.handedTo, h)
-	q.holderUntil = time.Now().Add(h.ttl + time.Millisecond)
+	q.holderUntil = time.Now().Add(h.TTL + time.Millisecond)
 	for _, w := range q.waiters {
-		if w.token == h.token {
+		if w.token == h.Token {
 			q.ours = true
 			w.handedOver = &h
 			w.signal()
