@@ -20,8 +20,8 @@ const DefaultDoneTTL = 24 * time.Hour
 
 var (
 	//go:embed complete.lua
-	completeSrc    string
-	completeScript = redis.NewScript(completeSrc)
+	completeSrc string
+	completeLua = newLuaScript(completeSrc)
 )
 
 // WithDoneTTL sets how long Once keeps the record that a job completed, and
@@ -268,7 +268,7 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 }
 
 func (s scriptStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
-	res, err := completeScript.Run(ctx, s.client, []string{ref.key, doneKey}, ref.token, record, retention.Milliseconds(),
-		ref.channel, s.publish()).Int64()
+	res, err := completeLua.run(ctx, s.client, []any{nil, nil, 2, ref.key, doneKey, ref.token, record,
+		retention.Milliseconds(), ref.channel, s.publish()}).Int64()
 	return res == 1, err
 }

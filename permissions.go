@@ -11,8 +11,8 @@ import (
 
 var (
 	//go:embed probe.lua
-	probeSrc    string
-	probeScript = redis.NewScript(probeSrc)
+	probeSrc string
+	probeLua = newLuaScript(probeSrc)
 )
 
 // need is a set of what calls need of the connected Redis user, as
@@ -137,8 +137,8 @@ func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error
 	if s.sharded() {
 		sub = "ssubscribe"
 	}
-	res, err := probeScript.Run(ctx, s.client, []string{k.Lock, k.Queue, k.Fence, k.Done, k.Leader},
-		k.Channel, s.publish(), sub, n.letters()).StringSlice()
+	res, err := probeLua.run(ctx, s.client, []any{nil, nil, 5, k.Lock, k.Queue, k.Fence, k.Done, k.Leader,
+		k.Channel, s.publish(), sub, n.letters()}).StringSlice()
 	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command") {
 		// The script itself was refused: no EVALSHA or EVAL, or no access
 		// to one of its keys.

@@ -48,8 +48,8 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	)
 	switch {
 	case req.replicas == 0:
-		script, keys := obtainCall(&req.lockRef, false)
-		res, err = script.Run(ctx, s.client, keys, req.token, req.ttlMS, req.fenceTTLMS).Int64()
+		script, args := obtainCall(&req.lockRef, false, req.token, req.ttlMS, req.fenceTTLMS)
+		res, err = script.send(ctx, s.client, args).Int64()
 	default:
 		res, acked, err = s.acquireReplicated(ctx, req)
 	}
@@ -69,8 +69,8 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 	c, err := s.queueClient(ctx, req.key)
 	var v any
 	if err == nil {
-		script, keys := obtainCall(&req.lockRef, true)
-		v, err = script.Run(ctx, c, keys, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS).Result()
+		script, args := obtainCall(&req.lockRef, true, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS)
+		v, err = script.send(ctx, c, args).Result()
 	}
 	if s.sharded() && clusterRefused(err) {
 		// Try without queueing, through the cluster client.
@@ -169,24 +169,12 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 	if err != nil {
 		return 0, 0, err
 	}
-	script, keys := obtainCall(&req.lockRef, false)
-	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
-		pipe := client.Pipeline()
-		var acquire *redis.Cmd
-		if eval {
-			acquire = script.Eval(ctx, pipe, keys, req.token, req.ttlMS, req.fenceTTLMS)
-		} else {
-			acquire = script.EvalSha(ctx, pipe, keys, req.token, req.ttlMS, req.fenceTTLMS)
-		}
-		wait := redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
+	script, args := obtainCall(&req.lockRef, false, req.token, req.ttlMS, req.fenceTTLMS)
+	var wait *redis.IntCmd
+	acquire := script.pipelined(ctx, client, args, func(pipe redis.Pipeliner) {
+		wait = redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
 		_ = pipe.Process(ctx, wait)
-		_, _ = pipe.Exec(ctx)
-		return acquire, wait
-	}
-	acquire, wait := send(false)
-	if redis.HasErrorPrefix(acquire.Err(), "NOSCRIPT") {
-		acquire, wait = send(true)
-	}
+	})
 	res, err := acquire.Int64()
 	if err != nil {
 		return 0, 0, err
