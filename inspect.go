@@ -2,17 +2,10 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
-)
-
-var (
-	//go:embed inspect.lua
-	inspectSrc string
-	inspectLua = newLuaScript(inspectSrc)
 )
 
 // A LockStatus is what Redis holds for one lock key, as Inspect reads it:

@@ -2,23 +2,12 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
 )
 
 // Reading an election's leader: once (Leader), or as it changes (Observe).
-
-var (
-	//go:embed leader.lua
-	leaderSrc string
-	//go:embed proclaim.lua
-	proclaimSrc string
-
-	leaderLua   = newLuaScript(leaderSrc)
-	proclaimLua = newLuaScript(proclaimSrc)
-)
 
 // Leader is an election's leader, as read from Redis.
 type Leader struct {
@@ -38,7 +27,7 @@ type Leader struct {
 	TTL time.Duration
 }
 
-// rawLeader is what leader.lua found: nothing (token "") or the lock's
+// rawLeader is what election_leader.lua found: nothing (token "") or the lock's
 // holder, its remaining TTL, the fence counter, and the value it
 // proclaimed, if any.
 type rawLeader struct {

@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,12 +16,6 @@ import (
 // DefaultDoneTTL is how long Once keeps a completion record when no
 // WithDoneTTL option is given.
 const DefaultDoneTTL = 24 * time.Hour
-
-var (
-	//go:embed complete.lua
-	completeSrc string
-	completeLua = newLuaScript(completeSrc)
-)
 
 // WithDoneTTL sets how long Once keeps the record that a job completed, and
 // so how long it refuses to run the same key again. It must be at least

@@ -2,21 +2,14 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed probe.lua
-	probeSrc string
-	probeLua = newLuaScript(probeSrc)
-)
-
 // need is a set of what calls need of the connected Redis user, as
-// probe.lua checks it.
+// acl_probe.lua checks it.
 type need uint32
 
 const (
@@ -31,7 +24,7 @@ const (
 	needElection                   // an election's proclaimed value: Election calls
 )
 
-// letters returns n as probe.lua takes it.
+// letters returns n as acl_probe.lua takes it.
 func (n need) letters() string {
 	var b strings.Builder
 	for _, c := range []struct {

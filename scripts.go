@@ -2,9 +2,104 @@ package locksmith
 
 import (
 	"context"
+	"embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// Every Lua script of the library is a file of scripts/, named by what it
+// serves: lock_* a lock (and an election's term, which is one), permit_* a
+// semaphore's permit, rw_* a read-write lock's hold, hold_* the handle of
+// either of those two (both are members of one sorted set per name: see
+// hold.go), election_* an election, once_* Once, acl_probe.lua the check
+// of the connected user's permissions (permissions.go). A lib_* file is a
+// prelude: it only defines functions and locals, and some scripts start
+// with it (and lib_hold.lua reads TIME, before any write). The table below
+// lists, for each script, its preludes, in order, then its own file.
+//
+// Each script touches the lock key and its companion keys (see keys.go),
+// all passed in KEYS and all in one cluster slot, so it runs on Redis
+// Cluster too. Each file's header states its KEYS, ARGV and reply, and
+// what it runs before its first write: Redis does not undo a script that
+// fails halfway, so what can be refused (TIME, the reads of companion
+// keys) comes first.
+//
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+var (
+	// A lock's (store.go, redisstore.go; the acquire is obtainScripts).
+	tryLua     = newScript("lock_try.lua")
+	releaseLua = newScript("lib_queue.lua", "lock_release.lua")
+	refreshLua = newScript("lock_refresh.lua")
+	pttlLua    = newScript("lock_pttl.lua")
+	confirmLua = newScript("lock_confirm.lua")
+	inspectLua = newScript("lock_inspect.lua")
+
+	// A semaphore's (permitstore.go).
+	permitAcquireLua = newScript("lib_hold.lua", "permit_acquire.lua")
+	permitInspectLua = newScript("lib_hold.lua", "permit_inspect.lua")
+	permitReleaseLua = newScript("lib_hold.lua", "lib_queue.lua", "permit_release.lua")
+	permitConfirmLua = newScript("lib_hold.lua", "permit_confirm.lua")
+
+	// A read-write lock's (rwstore.go).
+	rwAcquireLua = newScript("lib_hold.lua", "rw_acquire.lua")
+	rwInspectLua = newScript("lib_hold.lua", "rw_inspect.lua")
+
+	// The handle of a permit or of a read-write lock's hold (holdstore.go).
+	holdReleaseLua = newScript("lib_hold.lua", "hold_release.lua")
+	holdRefreshLua = newScript("lib_hold.lua", "hold_refresh.lua")
+	holdPTTLLua    = newScript("lib_hold.lua", "hold_pttl.lua")
+
+	// An election's (leader.go).
+	leaderLua   = newScript("election_leader.lua")
+	proclaimLua = newScript("election_proclaim.lua")
+
+	// Once's (once.go).
+	completeLua = newScript("once_complete.lua")
+
+	// The permissions probe (permissions.go).
+	probeLua = newScript("acl_probe.lua")
+)
+
+// The acquire script comes in one variant per set of keys it is given, so
+// that each has a fixed KEYS list: the lock key, then the handoff queue
+// when the caller is queued, then the fence counter with fencing (see
+// obtainCall). A first line, before lock_obtain.lua's text, names them. A
+// script names only the keys it needs: on Redis Cluster, a script naming
+// a key that does not exist (the queue, mostly) is refused while its slot
+// migrates.
+var obtainScripts = [4]luaScript{
+	obtainVariant("KEYS[1], nil, nil"),
+	obtainVariant("KEYS[1], nil, KEYS[2]"),
+	obtainVariant("KEYS[1], KEYS[2], nil"),
+	obtainVariant("KEYS[1], KEYS[2], KEYS[3]"),
+}
+
+// obtainVariant returns the acquire script with keys, the Lua expressions
+// of its lock_key, queue_key and fence_key.
+func obtainVariant(keys string) luaScript {
+	return newLuaScript("local lock_key, queue_key, fence_key = " + keys + "\n" + scriptSource("lock_obtain.lua"))
+}
+
+// newScript returns the script made of files of scripts/, joined in
+// order: its preludes, then its own.
+func newScript(files ...string) luaScript { return newLuaScript(scriptSource(files...)) }
+
+// scriptSource returns the text of files of scripts/, joined in order. It
+// panics when one is missing: the table names embedded files only.
+func scriptSource(files ...string) string {
+	var b strings.Builder
+	for _, f := range files {
+		src, err := scriptFiles.ReadFile("scripts/" + f)
+		if err != nil {
+			panic("locksmith: " + err.Error())
+		}
+		b.Write(src)
+	}
+	return b.String()
+}
 
 // luaScript is one of the library's Lua scripts, run with arguments laid
 // out by the caller in one slice, so that a call builds nothing it has

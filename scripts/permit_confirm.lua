@@ -9,7 +9,7 @@
 -- value is not the caller's; and an announcement heard late may name an
 -- earlier handoff to the same token, which expired since), or 0 without
 -- a counter.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua comes first: it sets t and now.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])

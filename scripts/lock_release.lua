@@ -11,7 +11,7 @@
 -- ms, or 0 for ever. ARGV[5], optional: the caller's own queue entry,
 -- removed when the caller does not hold the lock (a waiter that gives up).
 --
--- (queue_lib.lua comes first.) Entries that lapsed are dropped first; the
+-- (lib_queue.lua comes first.) Entries that lapsed are dropped first; the
 -- handoff goes to the live entry that arrived first. It takes a fencing token for the entry when it asks
 -- for one, sets the lock key to the entry's token with the entry's TTL,
 -- and announces "<ttl ms> <fence> <token>"; a plain release announces an

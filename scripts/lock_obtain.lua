@@ -1,8 +1,8 @@
 -- Acquire the lock if it is free; when it is taken, queue the caller for
--- a direct handoff (see release.lua).
+-- a direct handoff (see lock_release.lua).
 -- The keys: lock_key, the lock key; queue_key, the handoff queue, given
 -- only to queue the caller; fence_key, the fence counter, with fencing
--- only. store.go runs this text in four variants, one per set of keys,
+-- only. scripts.go runs this text in four variants, one per set of keys,
 -- each with its own fixed KEYS list, after a line that names them.
 -- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms. ARGV[3]: how long
 -- the fence counter lives after it was last taken, in ms, or 0 for ever.

@@ -26,7 +26,7 @@
 -- noeviction): then nothing is written. The writes after it are allowed
 -- even then. A refused reader writes nothing; the expired members are
 -- counted out, and dropped by the next caller that writes.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua comes first: it sets t and now.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
