@@ -13,10 +13,17 @@ import (
 // semaphore's permit, rw_* a read-write lock's hold, hold_* the handle of
 // either of those two (both are members of one sorted set per name: see
 // hold.go), election_* an election, once_* Once, acl_probe.lua the check
-// of the connected user's permissions (permissions.go). A lib_* file is a
-// prelude: it only defines functions and locals, and some scripts start
-// with it (and lib_hold.lua reads TIME, before any write). The table below
+// of the connected user's permissions (permissions.go). The table below
 // lists, for each script, its preludes, in order, then its own file.
+//
+// A prelude, lib_*, is what several scripts share, written once: it only
+// defines functions and locals, and writes nothing until a script calls
+// it. lib_hold.lua starts every script of a hold kept in a sorted set: it
+// reads TIME (the one command it runs, before any write) and defines keep,
+// the set's expiry. lib_queue.lua defines pop_entry, the pop of a handoff
+// queue, for the two releases that hand over (lock_release.lua,
+// permit_release.lua). lib_fence.lua defines take_fence, the issuing of a
+// fencing token, for every script that takes one.
 //
 // Each script touches the lock key and its companion keys (see keys.go),
 // all passed in KEYS and all in one cluster slot, so it runs on Redis
@@ -31,20 +38,20 @@ var scriptFiles embed.FS
 var (
 	// A lock's (store.go, redisstore.go; the acquire is obtainScripts).
 	tryLua     = newScript("lock_try.lua")
-	releaseLua = newScript("lib_queue.lua", "lock_release.lua")
+	releaseLua = newScript("lib_queue.lua", "lib_fence.lua", "lock_release.lua")
 	refreshLua = newScript("lock_refresh.lua")
 	pttlLua    = newScript("lock_pttl.lua")
-	confirmLua = newScript("lock_confirm.lua")
+	confirmLua = newScript("lib_fence.lua", "lock_confirm.lua")
 	inspectLua = newScript("lock_inspect.lua")
 
 	// A semaphore's (permitstore.go).
-	permitAcquireLua = newScript("lib_hold.lua", "permit_acquire.lua")
+	permitAcquireLua = newScript("lib_hold.lua", "lib_fence.lua", "permit_acquire.lua")
 	permitInspectLua = newScript("lib_hold.lua", "permit_inspect.lua")
-	permitReleaseLua = newScript("lib_hold.lua", "lib_queue.lua", "permit_release.lua")
-	permitConfirmLua = newScript("lib_hold.lua", "permit_confirm.lua")
+	permitReleaseLua = newScript("lib_hold.lua", "lib_queue.lua", "lib_fence.lua", "permit_release.lua")
+	permitConfirmLua = newScript("lib_hold.lua", "lib_fence.lua", "permit_confirm.lua")
 
 	// A read-write lock's (rwstore.go).
-	rwAcquireLua = newScript("lib_hold.lua", "rw_acquire.lua")
+	rwAcquireLua = newScript("lib_hold.lua", "lib_fence.lua", "rw_acquire.lua")
 	rwInspectLua = newScript("lib_hold.lua", "rw_inspect.lua")
 
 	// The handle of a permit or of a read-write lock's hold (holdstore.go).
@@ -66,10 +73,10 @@ var (
 // The acquire script comes in one variant per set of keys it is given, so
 // that each has a fixed KEYS list: the lock key, then the handoff queue
 // when the caller is queued, then the fence counter with fencing (see
-// obtainCall). A first line, before lock_obtain.lua's text, names them. A
-// script names only the keys it needs: on Redis Cluster, a script naming
-// a key that does not exist (the queue, mostly) is refused while its slot
-// migrates.
+// obtainCall). A first line names them; lib_fence.lua and lock_obtain.lua
+// follow. A script names only the keys it needs: on Redis Cluster, a
+// script naming a key that does not exist (the queue, mostly) is refused
+// while its slot migrates.
 var obtainScripts = [4]luaScript{
 	obtainVariant("KEYS[1], nil, nil"),
 	obtainVariant("KEYS[1], nil, KEYS[2]"),
@@ -80,7 +87,8 @@ var obtainScripts = [4]luaScript{
 // obtainVariant returns the acquire script with keys, the Lua expressions
 // of its lock_key, queue_key and fence_key.
 func obtainVariant(keys string) luaScript {
-	return newLuaScript("local lock_key, queue_key, fence_key = " + keys + "\n" + scriptSource("lock_obtain.lua"))
+	return newLuaScript("local lock_key, queue_key, fence_key = " + keys + "\n" +
+		scriptSource("lib_fence.lua", "lock_obtain.lua"))
 }
 
 // newScript returns the script made of files of scripts/, joined in

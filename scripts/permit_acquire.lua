@@ -35,7 +35,8 @@
 -- even then. A refused caller writes nothing but its queue entry; the
 -- expired permits are counted out, and dropped by the next caller that
 -- takes one.
--- (lib_hold.lua comes first: it sets t and now.)
+-- (lib_hold.lua and lib_fence.lua come first: they set t and now, and
+-- define take_fence.)
 local queue_key, fence_key, entry = nil, nil, ARGV[5]
 if entry then
   queue_key = KEYS[#KEYS]
@@ -83,7 +84,7 @@ if queue_key then
 end
 local fence = 0
 if fence_key then
-  fence = take_fence(fence_key, last_fence, ARGV[4])
+  fence = take_fence(fence_key, last_fence, t, ARGV[4])
 end
 local handed = 0
 if queue_key and mine and tonumber(mine) > now then

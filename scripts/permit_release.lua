@@ -24,8 +24,8 @@
 -- done (waiters notice it by polling).
 -- Returns 1 when released, 0 when the caller held no unexpired permit (an
 -- expired one is removed all the same).
--- (lib_hold.lua and lib_queue.lua come first: they set t and now, and
--- pop_entry.)
+-- (lib_hold.lua, lib_queue.lua and lib_fence.lua come first: they set t
+-- and now, and define pop_entry and take_fence.)
 local me = ARGV[1]
 local expires = redis.call('zscore', KEYS[1], me)
 local last_fence
@@ -50,7 +50,7 @@ if redis.call('exists', KEYS[2]) == 1 then
     keep(KEYS[1])
     local fence = 0
     if fenced then
-      fence = take_fence(KEYS[3], last_fence, ARGV[4])
+      fence = take_fence(KEYS[3], last_fence, t, ARGV[4])
     end
     redis.pcall(ARGV[3], ARGV[2], ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
     return 1

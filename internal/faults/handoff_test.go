@@ -87,7 +87,7 @@ func (lockKind) queued(ctx context.Context, l *locksmith.Locker, key string) (in
 func (lockKind) holders(ctx context.Context, raw *redis.Client, key string) []string {
 	return []string{raw.Get(ctx, key).Val()}
 }
-func (lockKind) scripts() ([]string, error) { return readScripts("lock_confirm.lua") }
+func (lockKind) scripts() ([]string, error) { return readScripts("lib_fence.lua", "lock_confirm.lua") }
 
 type permitKind struct{}
 
@@ -103,7 +103,7 @@ func (permitKind) holders(ctx context.Context, raw *redis.Client, key string) []
 	return raw.ZRange(ctx, key, 0, -1).Val()
 }
 func (permitKind) scripts() ([]string, error) {
-	return readScripts("lib_hold.lua", "permit_confirm.lua")
+	return readScripts("lib_hold.lua", "lib_fence.lua", "permit_confirm.lua")
 }
 
 // readScripts returns the text of the library's Lua files (in its
