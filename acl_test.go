@@ -433,7 +433,7 @@ func TestPermissionCheckWithMasterDown(t *testing.T) {
 			scripts++
 		}
 	}
-	// Try-once attempts are a script too (try.lua): one per master, then
+	// Try-once attempts are a script too (lock_try.lua): one per master, then
 	// the release; a check would add one more per master.
 	require.Equal(t, 6, scripts, "the second cycle sends the attempt and the release to each master and no check: %v", cnt.all())
 }

@@ -66,7 +66,7 @@ const queueEntryLife = notify.QueueEntryLife
 // queueEntryLifeMS is queueEntryLife as the acquire script takes it.
 var queueEntryLifeMS any = queueEntryLife.Milliseconds()
 
-// queueEntry is a waiter's entry in a handoff queue, as release.lua reads
+// queueEntry is a waiter's entry in a handoff queue, as lock_release.lua reads
 // it: "<ttl ms> <1 with fencing, else 0> <token>".
 func queueEntry(ttlMS int64, fenced bool, token string) string {
 	f := " 0 "

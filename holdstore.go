@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"time"
 )
@@ -12,25 +11,6 @@ import (
 // holds (rwstore.go). Each member is a hold, scored by its expiry in
 // server milliseconds, or by minus it for a read-write lock's writers; the
 // handle scripts serve both.
-
-var (
-	//go:embed hold_lib.lua
-	holdLibSrc string
-	//go:embed hold_release.lua
-	holdReleaseSrc string
-	//go:embed hold_refresh.lua
-	holdRefreshSrc string
-	//go:embed hold_pttl.lua
-	holdPTTLSrc string
-
-	holdReleaseLua = newHoldScript(holdReleaseSrc)
-	holdRefreshLua = newHoldScript(holdRefreshSrc)
-	holdPTTLLua    = newHoldScript(holdPTTLSrc)
-)
-
-// newHoldScript returns the script src, after hold_lib.lua, which every
-// script of a sorted-set hold starts with.
-func newHoldScript(src string) luaScript { return newLuaScript(holdLibSrc + src) }
 
 // errBadReply marks a script reply of the wrong shape.
 var errBadReply = errors.New("unexpected reply from a script")

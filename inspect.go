@@ -2,19 +2,10 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed inspect.lua
-	inspectSrc    string
-	inspectScript = redis.NewScript(inspectSrc)
 )
 
 // A LockStatus is what Redis holds for one lock key, as Inspect reads it:
@@ -126,7 +117,12 @@ type inspectStore interface {
 var _ inspectStore = scriptStore{}
 
 func (s scriptStore) inspect(ctx context.Context, keys []string) (rawStatus, error) {
-	res, err := inspectScript.Run(ctx, s.client, keys).Slice()
+	args := make([]any, 3, 3+len(keys))
+	args[2] = len(keys)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	res, err := inspectLua.run(ctx, s.client, args).Slice()
 	if err != nil {
 		return rawStatus{}, err
 	}

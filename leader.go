@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,16 +10,6 @@ import (
 )
 
 // Reading an election's leader: once (Leader), or as it changes (Observe).
-
-var (
-	//go:embed leader.lua
-	leaderSrc string
-	//go:embed proclaim.lua
-	proclaimSrc string
-
-	leaderLua   = newLuaScript(leaderSrc)
-	proclaimLua = newLuaScript(proclaimSrc)
-)
 
 // Leader is an election's leader, as read from Redis.
 type Leader struct {
@@ -40,7 +29,7 @@ type Leader struct {
 	TTL time.Duration
 }
 
-// rawLeader is what leader.lua found: nothing (token "") or the lock's
+// rawLeader is what election_leader.lua found: nothing (token "") or the lock's
 // holder, its remaining TTL, the fence counter, and the value it
 // proclaimed, if any.
 type rawLeader struct {

@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,12 +16,6 @@ import (
 // DefaultDoneTTL is how long Once keeps a completion record when no
 // WithDoneTTL option is given.
 const DefaultDoneTTL = 24 * time.Hour
-
-var (
-	//go:embed complete.lua
-	completeSrc    string
-	completeScript = redis.NewScript(completeSrc)
-)
 
 // WithDoneTTL sets how long Once keeps the record that a job completed, and
 // so how long it refuses to run the same key again. It must be at least
@@ -268,7 +261,7 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 }
 
 func (s scriptStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
-	res, err := completeScript.Run(ctx, s.client, []string{ref.key, doneKey}, ref.token, record, retention.Milliseconds(),
-		ref.channel, s.publish()).Int64()
+	res, err := completeLua.run(ctx, s.client, []any{nil, nil, 2, ref.key, doneKey, ref.token, record,
+		retention.Milliseconds(), ref.channel, s.publish()}).Int64()
 	return res == 1, err
 }

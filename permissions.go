@@ -2,21 +2,14 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed probe.lua
-	probeSrc    string
-	probeScript = redis.NewScript(probeSrc)
-)
-
 // need is a set of what calls need of the connected Redis user, as
-// probe.lua checks it.
+// acl_probe.lua checks it.
 type need uint32
 
 const (
@@ -31,7 +24,7 @@ const (
 	needElection                   // an election's proclaimed value: Election calls
 )
 
-// letters returns n as probe.lua takes it.
+// letters returns n as acl_probe.lua takes it.
 func (n need) letters() string {
 	var b strings.Builder
 	for _, c := range []struct {
@@ -137,8 +130,8 @@ func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error
 	if s.sharded() {
 		sub = "ssubscribe"
 	}
-	res, err := probeScript.Run(ctx, s.client, []string{k.Lock, k.Queue, k.Fence, k.Done, k.Leader},
-		k.Channel, s.publish(), sub, n.letters()).StringSlice()
+	res, err := probeLua.run(ctx, s.client, []any{nil, nil, 5, k.Lock, k.Queue, k.Fence, k.Done, k.Leader,
+		k.Channel, s.publish(), sub, n.letters()}).StringSlice()
 	if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command") {
 		// The script itself was refused: no EVALSHA or EVAL, or no access
 		// to one of its keys.

@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,22 +14,6 @@ import (
 // semaphore, its permits' tokens scored by their expiry, the script that
 // takes one and the one that reads them all. Permits are renewed and
 // given back by the scripts of every sorted-set hold (holdstore.go).
-
-var (
-	//go:embed permit_acquire.lua
-	permitAcquireSrc string
-	//go:embed permit_inspect.lua
-	permitInspectSrc string
-	//go:embed permit_release.lua
-	permitReleaseSrc string
-	//go:embed permit_confirm.lua
-	permitConfirmSrc string
-
-	permitAcquireLua = newHoldScript(permitAcquireSrc)
-	permitInspectLua = newHoldScript(permitInspectSrc)
-	permitReleaseLua = newHoldScript(queueLibSrc + permitReleaseSrc)
-	permitConfirmLua = newHoldScript(permitConfirmSrc)
-)
 
 // permitReq is one attempt to take a permit: add token to the semaphore
 // with the TTL if fewer than limit unexpired permits are held (or one of

@@ -48,8 +48,8 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	)
 	switch {
 	case req.replicas == 0:
-		script, keys := obtainCall(&req.lockRef, false)
-		res, err = script.Run(ctx, s.client, keys, req.token, req.ttlMS, req.fenceTTLMS).Int64()
+		script, args := obtainCall(&req.lockRef, false, req.token, req.ttlMS, req.fenceTTLMS)
+		res, err = script.send(ctx, s.client, args).Int64()
 	default:
 		res, acked, err = s.acquireReplicated(ctx, req)
 	}
@@ -69,8 +69,8 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 	c, err := s.queueClient(ctx, req.key)
 	var v any
 	if err == nil {
-		script, keys := obtainCall(&req.lockRef, true)
-		v, err = script.Run(ctx, c, keys, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS).Result()
+		script, args := obtainCall(&req.lockRef, true, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS)
+		v, err = script.send(ctx, c, args).Result()
 	}
 	if s.sharded() && clusterRefused(err) {
 		// Try without queueing, through the cluster client.
@@ -100,7 +100,7 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 	return acquireRes{}, fmt.Errorf("unexpected reply from the acquire script: %v", v)
 }
 
-// acquireOnce runs try.lua, one command that takes a free lock or names
+// acquireOnce runs lock_try.lua, one command that takes a free lock or names
 // its holder. A holder with the caller's token is a resend of this very
 // call (go-redis resends a command after a dropped connection, and the
 // first delivery may have taken the lock): the lock is the caller's.
@@ -113,12 +113,12 @@ func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRe
 	return s.tryOnce(ctx, req, tryArgs(req))
 }
 
-// tryArgs lays out try.lua's arguments for req, for tryLua.send.
+// tryArgs lays out lock_try.lua's arguments for req, for tryLua.send.
 func tryArgs(req acquireReq) []any {
 	return tryLua.prepare([]any{nil, nil, 1, req.lockKey, req.token, req.ttlMS})
 }
 
-// tryOnce is acquireOnce with try.lua's arguments for req laid out by
+// tryOnce is acquireOnce with lock_try.lua's arguments for req laid out by
 // tryArgs, which it only reads: the masters of a quorum share them.
 func (s scriptStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
 	v, err := tryLua.send(ctx, s.client, args).Result()
@@ -169,24 +169,12 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 	if err != nil {
 		return 0, 0, err
 	}
-	script, keys := obtainCall(&req.lockRef, false)
-	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
-		pipe := client.Pipeline()
-		var acquire *redis.Cmd
-		if eval {
-			acquire = script.Eval(ctx, pipe, keys, req.token, req.ttlMS, req.fenceTTLMS)
-		} else {
-			acquire = script.EvalSha(ctx, pipe, keys, req.token, req.ttlMS, req.fenceTTLMS)
-		}
-		wait := redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
+	script, args := obtainCall(&req.lockRef, false, req.token, req.ttlMS, req.fenceTTLMS)
+	var wait *redis.IntCmd
+	acquire := script.pipelined(ctx, client, args, func(pipe redis.Pipeliner) {
+		wait = redis.NewIntCmd(ctx, "wait", req.replicas, req.replicaWait.Milliseconds())
 		_ = pipe.Process(ctx, wait)
-		_, _ = pipe.Exec(ctx)
-		return acquire, wait
-	}
-	acquire, wait := send(false)
-	if redis.HasErrorPrefix(acquire.Err(), "NOSCRIPT") {
-		acquire, wait = send(true)
-	}
+	})
 	res, err := acquire.Int64()
 	if err != nil {
 		return 0, 0, err
@@ -236,7 +224,7 @@ func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args []any)
 // releaseLua.send: its KEYS
 // are the lock key and, when companions is set, the handoff queue, the
 // fence counter and an election's proclaimed value (those the lock has:
-// release.lua takes them in that order, each optional after the one
+// lock_release.lua takes them in that order, each optional after the one
 // before); entry, if given, follows.
 func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
 	args := make([]any, 4, 3+4+4+len(entry))
@@ -281,7 +269,7 @@ func (s scriptStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration
 	return s.runConfirm(ctx, confirmLua, ref, ttl)
 }
 
-// runConfirm runs script, confirm.lua or permit_confirm.lua, which take
+// runConfirm runs script, lock_confirm.lua or permit_confirm.lua, which take
 // the same arguments and answer alike, for ref with ttl.
 func (s scriptStore) runConfirm(ctx context.Context, script luaScript, ref lockRef, ttl time.Duration) (bool, int64, error) {
 	args := make([]any, 4, 9)

@@ -2,7 +2,6 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,16 +13,6 @@ import (
 // writers' intents by minus theirs, the script that takes a hold and the
 // one that reads them all. Holds are renewed and given back by the
 // scripts of every sorted-set hold (holdstore.go).
-
-var (
-	//go:embed rw_acquire.lua
-	rwAcquireSrc string
-	//go:embed rw_inspect.lua
-	rwInspectSrc string
-
-	rwAcquireLua = newHoldScript(rwAcquireSrc)
-	rwInspectLua = newHoldScript(rwInspectSrc)
-)
 
 // rwIntentLifeMS is how long a waiting writer's intent lives unless its
 // waiter renews it, as the acquire script takes it: as long as a queued

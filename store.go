@@ -2,138 +2,34 @@ package locksmith
 
 import (
 	"context"
-	_ "embed"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The store seam: what the lock machinery asks of a Redis deployment
-// (one server, Sentinel or Cluster: redisstore.go; a quorum: quorum.go),
-// and how scripts are sent.
+// (one server, Sentinel or Cluster: redisstore.go; a quorum: quorum.go).
+// The scripts it runs, and how they are sent, are in scripts.go.
 
-// The Lua scripts run with EVALSHA, falling back to EVAL when the server
-// answers NOSCRIPT (its script cache was flushed, or it is a new primary
-// after a failover), so callers never see that error. Each script touches
-// the lock key and its companion keys (see keys.go), all passed in KEYS and
-// all in one cluster slot, so it runs on Redis Cluster too.
-var (
-	//go:embed obtain.lua
-	obtainSrc string
-
-	//go:embed release.lua
-	releaseSrc string
-
-	//go:embed refresh.lua
-	refreshSrc string
-
-	//go:embed pttl.lua
-	pttlSrc string
-
-	//go:embed confirm.lua
-	confirmSrc string
-
-	//go:embed queue_lib.lua
-	queueLibSrc string
-	//go:embed try.lua
-	trySrc string
-)
-
-// luaScript is a script to run with arguments prepared by the caller, in
-// one slice, so that a call builds nothing it has already built: see run.
-type luaScript struct {
-	src, sha any // the source and its SHA1, as go-redis takes them
-}
-
-func newLuaScript(src string) luaScript {
-	return luaScript{src: src, sha: redis.NewScript(src).Hash()}
-}
-
-var (
-	releaseLua = newLuaScript(queueLibSrc + releaseSrc)
-	refreshLua = newLuaScript(refreshSrc)
-	pttlLua    = newLuaScript(pttlSrc)
-	confirmLua = newLuaScript(confirmSrc)
-	tryLua     = newLuaScript(trySrc)
-)
-
-// processor is what sends a prepared command: every go-redis client.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// run runs the script on c with args, which is laid out as EVALSHA takes
-// it with two slots left free at the front: {_, _, number of keys,
-// keys..., arguments...}. It fills the free slots (see prepare) and
-// sends it (see send); args must not be shared with another call.
-func (s luaScript) run(ctx context.Context, c processor, args []any) *redis.Cmd {
-	return s.send(ctx, c, s.prepare(args))
-}
-
-// prepare fills the two free slots at the front of args, {_, _, number
-// of keys, keys..., arguments...}, with EVALSHA and the script's SHA1,
-// and returns args, for send.
-func (s luaScript) prepare(args []any) []any {
-	args[0], args[1] = evalshaCmd, s.sha
-	return args
-}
-
-// evalshaCmd and evalCmd are the commands that run a script, converted
-// once for go-redis.
-var evalshaCmd, evalCmd any = "evalsha", "eval"
-
-// send runs the script on c with args, prepared by prepare. It sends
-// EVALSHA and, when the server does not know the script (its cache was
-// flushed, or it is a new primary), EVAL. It writes nothing into args,
-// and neither does go-redis, which only reads a command's arguments: the
-// masters of a quorum, asked at once, share them. EVAL is sent with a
-// copy.
-func (s luaScript) send(ctx context.Context, c processor, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	_ = c.Process(ctx, cmd)
-	// HasErrorPrefix costs an allocation even for a nil error: ask only
-	// when there is one.
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		eval := append([]any{evalCmd, s.src}, args[2:]...)
-		cmd = redis.NewCmd(ctx, eval...)
-		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, cmd)
-	}
-	return cmd
-}
-
-// The acquire script comes in one variant per set of keys it is given, so
-// that each has a fixed KEYS list: the lock key, then the handoff queue
-// when the caller is queued, then the fence counter with fencing. A line
-// before obtain.lua's text names them. A script names only the keys it
-// needs: on Redis Cluster, a script naming a key that does not exist (the
-// queue, mostly) is refused while its slot migrates.
-var obtainScripts = [4]*redis.Script{
-	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], nil, nil\n" + obtainSrc),
-	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], nil, KEYS[2]\n" + obtainSrc),
-	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], KEYS[2], nil\n" + obtainSrc),
-	redis.NewScript("local lock_key, queue_key, fence_key = KEYS[1], KEYS[2], KEYS[3]\n" + obtainSrc),
-}
-
-// obtainCall returns the acquire script for an attempt on ref, queued or
-// not, and the keys to give it.
-func obtainCall(ref *lockRef, queued bool) (*redis.Script, []string) {
-	keys := make([]string, 1, 3)
-	keys[0] = ref.key
+// obtainCall returns the variant of the acquire script (see
+// obtainScripts) for an attempt on ref, queued or not, and its arguments,
+// prepared for send: the keys that variant is given, then argv.
+func obtainCall(ref *lockRef, queued bool, argv ...any) (luaScript, []any) {
+	args := make([]any, 4, 3+3+len(argv))
+	args[3] = ref.lockKey
 	variant := 0
 	if queued {
-		keys = append(keys, ref.queue)
+		args = append(args, ref.queue)
 		variant += 2
 	}
 	if ref.fenced() {
-		keys = append(keys, ref.fence)
+		args = append(args, ref.fence)
 		variant++
 	}
-	return obtainScripts[variant], keys
+	args[2] = len(args) - 3
+	script := obtainScripts[variant]
+	return script, script.prepare(append(args, argv...))
 }
 
-// pttlNotHeld is what pttl.lua returns when the caller does not hold the lock.
+// pttlNotHeld is what lock_pttl.lua returns when the caller does not hold the lock.
 const pttlNotHeld = -3
 
 // A store runs the lock primitives against one Redis deployment. Each
@@ -173,8 +69,8 @@ type store interface {
 	// the call through.
 	onceStore
 	inspectStore
-	// leader reads an election's leader (see leader.lua); proclaim sets
-	// the value of the leader holding ref (see proclaim.lua), and
+	// leader reads an election's leader (see election_leader.lua); proclaim sets
+	// the value of the leader holding ref (see election_proclaim.lua), and
 	// reports whether it still held it; news announces msg, which starts
 	// with newsMark, on the channel ch.
 	leader(ctx context.Context, k Keys) (rawLeader, error)
@@ -207,7 +103,7 @@ type holdStore interface {
 	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
 	// confirm resets the TTL of a lock (or permit) handed to ref's token,
 	// if it holds the token, and returns the fencing token it holds it
-	// with (see confirm.lua and permit_confirm.lua); ok is false when it
+	// with (see lock_confirm.lua and permit_confirm.lua); ok is false when it
 	// does not hold the token.
 	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 }
@@ -290,7 +186,7 @@ const (
 	// scripted runs the acquire script: one round trip that reports the
 	// holder's TTL when the lock is taken.
 	scripted acquireMode = iota
-	// plainOnce runs try.lua: SET NX PX and, when the key is taken, the
+	// plainOnce runs lock_try.lua: SET NX PX and, when the key is taken, the
 	// holder's token, which tells a resend of this very call from another
 	// holder, in one round trip, but not the holder's TTL; for callers
 	// that will not wait.

@@ -88,7 +88,7 @@ func TestRunLogJSONWaitsThenAcquires(t *testing.T) {
 	url, _ := shared(t)
 	key, dir := uniqueKey(t), t.TempDir()
 	// Both take fencing tokens: a release hands the lock only to a waiter
-	// whose fencing it can serve (see release.lua).
+	// whose fencing it can serve (see lock_release.lua).
 	holder := start(t, nil, append([]string{"run", "--redis", url, "--key", key, "--fencing", "--"},
 		script(dir, `touch "$1/holding"; while [ ! -e "$1/finish" ]; do sleep 0.05; done`)...)...)
 	eventually(t, 20*time.Second, func() bool { return exists(dir + "/holding") }, "the holder did not start")

@@ -87,7 +87,7 @@ func (lockKind) queued(ctx context.Context, l *locksmith.Locker, key string) (in
 func (lockKind) holders(ctx context.Context, raw *redis.Client, key string) []string {
 	return []string{raw.Get(ctx, key).Val()}
 }
-func (lockKind) scripts() ([]string, error) { return readScripts("confirm.lua") }
+func (lockKind) scripts() ([]string, error) { return readScripts("lib_fence.lua", "lock_confirm.lua") }
 
 type permitKind struct{}
 
@@ -103,15 +103,16 @@ func (permitKind) holders(ctx context.Context, raw *redis.Client, key string) []
 	return raw.ZRange(ctx, key, 0, -1).Val()
 }
 func (permitKind) scripts() ([]string, error) {
-	return readScripts("hold_lib.lua", "permit_confirm.lua")
+	return readScripts("lib_hold.lua", "lib_fence.lua", "permit_confirm.lua")
 }
 
-// readScripts returns the text of the library's Lua files, joined into
-// one script.
+// readScripts returns the text of the library's Lua files (in its
+// scripts/), joined into one script: a script's preludes, then its own
+// file, in the order of its row in scripts.go.
 func readScripts(files ...string) ([]string, error) {
 	var src []byte
 	for _, f := range files {
-		b, err := os.ReadFile("../../" + f)
+		b, err := os.ReadFile("../../scripts/" + f)
 		if err != nil {
 			return nil, err
 		}

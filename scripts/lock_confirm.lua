@@ -10,6 +10,7 @@
 -- A counter that expired meanwhile is taken again: the next token, at
 -- least the server's clock in microseconds, is larger than every earlier
 -- one. fence is 0 without a counter.
+-- (lib_fence.lua comes first: it defines take_fence.)
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
@@ -20,13 +21,7 @@ if KEYS[2] then
   if last then
     fence = tonumber(last)
   else
-    local t = redis.call('time')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if ARGV[3] ~= '0' then
-      redis.call('set', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
-    else
-      redis.call('set', KEYS[2], string.format('%d', fence))
-    end
+    fence = take_fence(KEYS[2], last, redis.call('time'), ARGV[3])
   end
 end
 return {1, fence}

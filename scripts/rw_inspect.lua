@@ -5,7 +5,7 @@
 -- left, for the unexpired readers and writer; intents counts the waiting
 -- writers' unexpired intents; fence is the counter's value, or false.
 -- Returns {-1} when the key holds a semaphore, whatever its state.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua comes first: it sets t and now.)
 local lowest = redis.call('zrange', KEYS[1], 0, 0)
 if lowest[1] and string.sub(lowest[1], 2, 2) ~= ':' then
   return {-1}

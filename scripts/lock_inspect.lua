@@ -7,7 +7,7 @@
 -- KEYS[3], live entries in KEYS[4]}; the value of an absent key is a nil
 -- reply, and the PTTL of an absent lock key is -2 (-1 when it has no
 -- expiry). An entry is live until it lapses; its lapse member is scored
--- with minus that time (see obtain.lua).
+-- with minus that time (see lock_obtain.lua).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return {

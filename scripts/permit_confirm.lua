@@ -9,7 +9,8 @@
 -- value is not the caller's; and an announcement heard late may name an
 -- earlier handoff to the same token, which expired since), or 0 without
 -- a counter.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua and lib_fence.lua come first: they set t and now, and
+-- define take_fence.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
@@ -22,6 +23,6 @@ redis.call('zadd', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 keep(KEYS[1])
 local fence = 0
 if KEYS[2] then
-  fence = take_fence(KEYS[2], last_fence, ARGV[3])
+  fence = take_fence(KEYS[2], last_fence, t, ARGV[3])
 end
 return {1, fence}

@@ -1,6 +1,7 @@
 -- Release the lock if the caller holds it: hand it straight to the first
 -- live entry of its handoff queue, or delete it; and announce which, in
--- the same step (see notify.go).
+-- the same step (see wait.go: a Locker hears the announcement in
+-- subscriber.go and acts on it in announce.go).
 -- KEYS[1]: the lock key. KEYS[2], optional: the handoff queue. KEYS[3],
 -- optional: the fence counter. KEYS[4], optional: an election's
 -- proclaimed value, deleted with the release (a new holder's value is in
@@ -11,7 +12,8 @@
 -- ms, or 0 for ever. ARGV[5], optional: the caller's own queue entry,
 -- removed when the caller does not hold the lock (a waiter that gives up).
 --
--- (queue_lib.lua comes first.) Entries that lapsed are dropped first; the
+-- (lib_queue.lua and lib_fence.lua come first: they define pop_entry
+-- and take_fence.) Entries that lapsed are dropped first; the
 -- handoff goes to the live entry that arrived first. It takes a fencing token for the entry when it asks
 -- for one, sets the lock key to the entry's token with the entry's TTL,
 -- and announces "<ttl ms> <fence> <token>"; a plain release announces an
@@ -44,14 +46,7 @@ if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
   if ttl then
     local fence = 0
     if fenced then
-      local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      local last = tonumber(redis.call('get', KEYS[3]) or '0')
-      fence = math.max(last + 1, now_us)
-      if ARGV[4] ~= '0' then
-        redis.call('set', KEYS[3], string.format('%d', fence), 'PX', ARGV[4])
-      else
-        redis.call('set', KEYS[3], string.format('%d', fence))
-      end
+      fence = take_fence(KEYS[3], redis.call('get', KEYS[3]), t, ARGV[4])
     end
     redis.call('set', KEYS[1], token, 'PX', ttl)
     announce(ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)

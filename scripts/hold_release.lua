@@ -10,7 +10,7 @@
 -- Returns 1 when released, 0 when the caller held nothing unexpired (an
 -- expired hold is removed all the same). The announcement is sent with
 -- pcall, after the change: a refused one leaves the release done.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua comes first: it sets t and now.)
 local me = ARGV[1]
 local expires = redis.call('zscore', KEYS[1], me)
 local withdrew = 0

@@ -1,9 +1,10 @@
 -- Acquire the lock if it is free; when it is taken, queue the caller for
--- a direct handoff (see release.lua).
+-- a direct handoff (see lock_release.lua).
 -- The keys: lock_key, the lock key; queue_key, the handoff queue, given
 -- only to queue the caller; fence_key, the fence counter, with fencing
--- only. store.go runs this text in four variants, one per set of keys,
--- each with its own fixed KEYS list, after a line that names them.
+-- only. scripts.go runs this text in four variants, one per set of keys,
+-- each with its own fixed KEYS list, after a line that names them (then
+-- lib_fence.lua).
 -- ARGV[1]: the new holder's token. ARGV[2]: TTL in ms. ARGV[3]: how long
 -- the fence counter lives after it was last taken, in ms, or 0 for ever.
 -- ARGV[4], optional: the caller's queue entry (see queueEntry in
@@ -41,17 +42,6 @@ if fence_key then
   last_fence = redis.call('get', fence_key)
 end
 
-local function next_fence()
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local fence = math.max(tonumber(last_fence or '0') + 1, now)
-  if ARGV[3] ~= '0' then
-    redis.call('set', fence_key, string.format('%d', fence), 'PX', ARGV[3])
-  else
-    redis.call('set', fence_key, string.format('%d', fence))
-  end
-  return fence
-end
-
 local function won(fresh)
   if queue_key then
     redis.call('zrem', queue_key, 'a:' .. entry, 'l:' .. entry)
@@ -63,7 +53,7 @@ local function won(fresh)
     -- Nobody can have taken a fence since: it is still ours.
     return tonumber(last_fence)
   end
-  return next_fence()
+  return take_fence(fence_key, last_fence, t, ARGV[3])
 end
 
 if redis.call('set', lock_key, ARGV[1], 'NX', 'PX', ARGV[2]) then

@@ -2,7 +2,7 @@
 -- TTL, the fence counter (the leader's fence: nobody else takes one while
 -- it holds the lock), and the value it proclaimed, if any.
 -- KEYS[1]: the lock key. KEYS[2]: the fence counter. KEYS[3]: the
--- proclaimed value, "<token>\n<value>" (see proclaim.lua).
+-- proclaimed value, "<token>\n<value>" (see election_proclaim.lua).
 -- Returns an empty list when nobody holds the lock, otherwise
 -- {token, pttl in ms, fence}, followed by the proclaimed value when the
 -- holder proclaimed one.

@@ -1,6 +1,6 @@
 -- Record that the caller's job completed and release its lock, in one
 -- step, only if the caller still holds the lock; announce the release to
--- waiters, as release.lua does (a plain release: waiters queued for a
+-- waiters, as lock_release.lua does (a plain release: waiters queued for a
 -- handoff try, and find the record), in the same step.
 -- KEYS[1]: the lock key. KEYS[2]: the completion record's key, in the same
 -- cluster slot. ARGV[1]: the caller's token. ARGV[2]: the record.

@@ -26,7 +26,8 @@
 -- noeviction): then nothing is written. The writes after it are allowed
 -- even then. A refused reader writes nothing; the expired members are
 -- counted out, and dropped by the next caller that writes.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua and lib_fence.lua come first: they set t and now, and
+-- define take_fence.)
 local last_fence
 if KEYS[2] then
   last_fence = redis.call('get', KEYS[2])
@@ -94,7 +95,7 @@ drop_expired()
 keep(KEYS[1])
 local fence = 0
 if KEYS[2] then
-  fence = take_fence(KEYS[2], last_fence, ARGV[4])
+  fence = take_fence(KEYS[2], last_fence, t, ARGV[4])
 end
 -- Readers enter only when no writer holds or waits: so may the next.
 local more = 0

@@ -1,8 +1,8 @@
 -- The start of the scripts that hand a lock or a permit to the first
--- waiter queued for it (release.lua, permit_release.lua).
+-- waiter queued for it (lock_release.lua, permit_release.lua).
 
 -- pop_entry drops the lapsed entries of the handoff queue q (see
--- obtain.lua for the two members of each) and pops the live one that
+-- lock_obtain.lua for the two members of each) and pops the live one that
 -- arrived first by the server's time now (ms), dropping on the way those
 -- that ask for a fencing token when fenced is false (no counter was
 -- given). It returns the entry's TTL in ms, whether it asks for a fencing

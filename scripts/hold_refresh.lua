@@ -3,7 +3,7 @@
 -- KEYS[1]: the set. ARGV[1]: the caller's member; a writer's, "w:<token>",
 -- is scored by minus its expiry. ARGV[2]: the TTL in ms.
 -- Returns 1 when refreshed, 0 when the caller holds nothing unexpired.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua comes first: it sets t and now.)
 local me = ARGV[1]
 local expires = redis.call('zscore', KEYS[1], me)
 if not expires or math.abs(tonumber(expires)) <= now then

@@ -8,7 +8,7 @@
 -- scored with minus when it lapses: see permit_acquire.lua). Returns {-1}
 -- when the key holds a read-write lock, whatever its state (a writer's
 -- hold and intents are scored below every permit).
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua comes first: it sets t and now.)
 local lowest = redis.call('zrange', KEYS[1], 0, 0)
 if lowest[1] and string.sub(lowest[1], 2, 2) == ':' then
   return {-1}

@@ -1,7 +1,7 @@
 -- Give back a permit of a semaphore if the caller holds it: hand it
 -- straight to the first live entry of the semaphore's handoff queue, or
 -- just drop it; and announce which, in the same step, as a lock's release
--- does (see release.lua).
+-- does (see lock_release.lua).
 -- KEYS[1]: the semaphore (see permit_acquire.lua). KEYS[2]: its handoff
 -- queue. KEYS[3], optional: its fence counter.
 -- ARGV[1]: the caller's token. ARGV[2]: the release channel. ARGV[3]: the
@@ -24,8 +24,8 @@
 -- done (waiters notice it by polling).
 -- Returns 1 when released, 0 when the caller held no unexpired permit (an
 -- expired one is removed all the same).
--- (hold_lib.lua and queue_lib.lua come first: they set t and now, and
--- pop_entry.)
+-- (lib_hold.lua, lib_queue.lua and lib_fence.lua come first: they set t
+-- and now, and define pop_entry and take_fence.)
 local me = ARGV[1]
 local expires = redis.call('zscore', KEYS[1], me)
 local last_fence
@@ -50,7 +50,7 @@ if redis.call('exists', KEYS[2]) == 1 then
     keep(KEYS[1])
     local fence = 0
     if fenced then
-      fence = take_fence(KEYS[3], last_fence, ARGV[4])
+      fence = take_fence(KEYS[3], last_fence, t, ARGV[4])
     end
     redis.pcall(ARGV[3], ARGV[2], ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
     return 1

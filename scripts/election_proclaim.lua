@@ -6,7 +6,7 @@
 -- Redis Cluster, SPUBLISH. ARGV[5]: the announcement.
 -- The value is stored as "<token>\n<value>", so that a reader can tell it
 -- from the value of an earlier holder, with the lock's remaining TTL;
--- refresh.lua keeps it alive with the lock and release.lua deletes it.
+-- lock_refresh.lua keeps it alive with the lock and lock_release.lua deletes it.
 -- The announcement follows the only write, with pcall: a refused one
 -- leaves the value set, and observers notice it by polling.
 -- Returns 1 when set, 0 when the caller does not hold the lock.

@@ -35,7 +35,8 @@
 -- even then. A refused caller writes nothing but its queue entry; the
 -- expired permits are counted out, and dropped by the next caller that
 -- takes one.
--- (hold_lib.lua comes first: it sets t and now.)
+-- (lib_hold.lua and lib_fence.lua come first: they set t and now, and
+-- define take_fence.)
 local queue_key, fence_key, entry = nil, nil, ARGV[5]
 if entry then
   queue_key = KEYS[#KEYS]
@@ -58,7 +59,7 @@ local live = redis.call('zcount', KEYS[1], '(' .. now, '+inf')
 if not (mine and tonumber(mine) > now) and live >= tonumber(ARGV[3]) then
   local first = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if queue_key then
-    -- Two members per entry, as for a lock (see obtain.lua): 'a:'..entry
+    -- Two members per entry, as for a lock (see lock_obtain.lua): 'a:'..entry
     -- scored with when it first arrived, 'l:'..entry with minus when it
     -- lapses. The queue lapses with its newest entry.
     redis.call('zadd', queue_key, 'NX', now, 'a:' .. entry)
@@ -83,7 +84,7 @@ if queue_key then
 end
 local fence = 0
 if fence_key then
-  fence = take_fence(fence_key, last_fence, ARGV[4])
+  fence = take_fence(fence_key, last_fence, t, ARGV[4])
 end
 local handed = 0
 if queue_key and mine and tonumber(mine) > now then

@@ -21,17 +21,3 @@ local function keep(key)
   end
 end
 
--- take_fence takes the next fencing token from the counter at key, whose
--- value was last (nil when none), and keeps the counter ttl ms ('0': for
--- ever). A token is at least the server's clock in microseconds.
-local function take_fence(key, last, ttl)
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local fence = math.max(tonumber(last or '0') + 1, now_us)
-  if ttl ~= '0' then
-    redis.call('set', key, string.format('%d', fence), 'PX', ttl)
-  else
-    redis.call('set', key, string.format('%d', fence))
-  end
-  return fence
-end
-
