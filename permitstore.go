@@ -22,7 +22,7 @@ import (
 // semaphore's handoff queue (ref.queue), for a release to hand it a
 // permit as it hands a lock (see handoff.go), and a refused attempt
 // reports which of peers, the tokens of the caller's fellow waiters, hold
-// a permit (see notifier.peersQueued).
+// a permit (see notify.Notifier.PeersQueued).
 type permitReq struct {
 	lockRef
 	ttlMS any // the TTL in whole milliseconds, an int64

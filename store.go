@@ -72,7 +72,7 @@ type store interface {
 	// leader reads an election's leader (see election_leader.lua); proclaim sets
 	// the value of the leader holding ref (see election_proclaim.lua), and
 	// reports whether it still held it; news announces msg, which starts
-	// with newsMark, on the channel ch.
+	// with notify.NewsMark, on the channel ch.
 	leader(ctx context.Context, k Keys) (rawLeader, error)
 	proclaim(ctx context.Context, ref lockRef, value string) (bool, error)
 	news(ctx context.Context, ch, msg string) error
@@ -211,7 +211,7 @@ type acquireRes struct {
 	holderTTL time.Duration
 	holder    string
 	// peersHolding are the tokens, among the peers a refused attempt
-	// for a permit named (see notifier.peersQueued), that hold one.
+	// for a permit named (see notify.Notifier.PeersQueued), that hold one.
 	peersHolding []string
 	// mine is set, with ok, when a queued attempt found the lock holding
 	// the caller's token already: a release handed it over and the

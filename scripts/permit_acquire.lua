@@ -14,8 +14,8 @@
 -- queue entry (see queueEntry in handoff.go), given only to queue the
 -- caller; ARGV[6]: how long the entry stays valid, in ms; ARGV[7] and
 -- after, optional, with ARGV[5]: the tokens of the caller's fellow waiters
--- in its Locker whose own queue entries may be live (see peersQueued in
--- queue.go).
+-- in its Locker whose own queue entries may be live (see PeersQueued in
+-- internal/notify/queue.go).
 -- Returns {1, fence, free, mine} when the caller holds a permit (fence is
 -- 0 without a counter; a resend of this very call, whose first delivery
 -- took the permit, or a handoff the caller has not heard of, takes it
