@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 var (
@@ -120,7 +122,7 @@ func (l *Locker) Check(ctx context.Context) error {
 	if l.store.allows(l.cfg.usage(callOnce)) == nil {
 		n |= needOnce | needInspect
 	}
-	refused, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)
+	refused, err := l.store.check(ctx, keysOf(l.cfg.prefix, keyslot.Mark+"check"), n)
 	switch {
 	case err != nil:
 		return fmt.Errorf("locksmith: check the permissions: %w", err)
