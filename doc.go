@@ -81,17 +81,27 @@
 // # Errors
 //
 // Errors wrap the sentinels ErrNotObtained, ErrNotHeld, ErrLockLost,
-// ErrNotReplicated, ErrNoPermission and ErrInvalidArgument; match them
-// with errors.Is, never with ==. ErrNotObtained means someone else holds
-// the lock. ErrNotReplicated means that, with WithReplicas, too few
-// replicas acknowledged the lock in time, so it was released again; treat
-// it as a Redis failure. ErrNoPermission means an ACL rule refuses a
-// command the call needs, found before anything was written (see
-// Locker.Check). Apart from ErrInvalidArgument and ErrNoPermission, any
-// other error from
-// Obtain means Redis did not answer, or not in time, so nobody knows
-// whether the lock is free: the caller decides, on purpose, whether to
-// skip the work (fail closed) or do it without the lock (fail open).
+// ErrNotReplicated, ErrClosed, ErrNoPermission, ErrResigned, ErrNoLeader,
+// ErrWrongKind and ErrInvalidArgument; match them with errors.Is, never
+// with ==. ErrNotObtained means someone else holds the lock, or the
+// caller's context ended while it waited. ErrNotHeld means a handle's
+// lock is no longer held by it; ErrLockLost means the lock was lost while
+// it was held, and is the cause of a lease's cancellation.
+// ErrNotReplicated means that, with WithReplicas, too few replicas
+// acknowledged the lock in time, so it was released again; treat it as a
+// Redis failure. ErrClosed means the Locker was closed (see
+// Locker.Close). ErrNoPermission means an ACL rule refuses a command the
+// call needs, found before anything was written (see Locker.Check).
+// ErrResigned is the cause of a term's cancellation when its leader
+// resigned, and ErrNoLeader means nobody leads the election (see
+// Election.Leader). ErrWrongKind means the key holds another kind of lock
+// than the call is for, such as a semaphore's permits where a read-write
+// lock was asked for. ErrInvalidArgument means a key, option or argument
+// was refused before anything was sent to Redis. Any other error from
+// Obtain is a Redis failure: mostly, Redis did not answer, or not in
+// time, so nobody knows whether the lock is free, and the caller decides,
+// on purpose, whether to skip the work (fail closed) or do it without the
+// lock (fail open).
 //
 // # Guarantees and limits
 //

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
@@ -105,7 +107,7 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 		return lk, tries{attempts: 1}, err
 	}
 	a.waiting = true
-	ch := companion(cfg.prefix, a.key, releasedKind)
+	ch := keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
 	t := l.notify.Ticket(ch)
 	if t.Queued {
 		// Others of this Locker wait already: queue up behind them.
@@ -136,12 +138,12 @@ func (a *holdAttempts) newHandle(token string) *Lock {
 	cfg := &a.cfg
 	lk := &Lock{store: a.kind.handles(a.l.store), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: a.kind.hold()}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: a.kind.member(token), fenceTTLMS: cfg.fenceTTLMS,
-		channel: companion(cfg.prefix, a.key, releasedKind)}
+		channel: keyslot.Companion(cfg.prefix, a.key, keyslot.Released)}
 	if a.queues() {
-		lk.ref.queue = companion(cfg.prefix, a.key, queueKind)
+		lk.ref.queue = keyslot.Companion(cfg.prefix, a.key, keyslot.Queue)
 	}
 	if cfg.fencing {
-		lk.ref.fence = companion(cfg.prefix, a.key, fenceKind)
+		lk.ref.fence = keyslot.Companion(cfg.prefix, a.key, keyslot.Fence)
 	}
 	return lk
 }

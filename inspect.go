@@ -40,9 +40,9 @@ type LockStatus struct {
 // Inspect reads the state of the lock on key, for status pages and
 // operators: whether it is held, by which token and for how long, the last
 // fencing token issued for it, the completion record Once keeps for it,
-// and how many waiters are queued for it. It changes nothing, and holds no lock: the state may change as soon
-// as it is read. The options are checked as for Obtain, but only the
-// prefix matters.
+// and how many waiters are queued for it. It changes nothing, and holds
+// no lock: the state may change as soon as it is read. The options are
+// checked as for Obtain, but only the prefix matters.
 //
 // Inspect reads the four keys in one step, so they are consistent with
 // each other, in one round trip (two when the server first answers

@@ -220,10 +220,10 @@ func (l *Locker) queues(cfg *config) bool {
 // WithLock returns the error from Obtain if the lock was not obtained, and
 // otherwise fn's error. If the lock was lost while fn ran, or before the
 // release succeeded, the result matches ErrLockLost even when fn returned
-// nil. That includes the release
-// finding the lock already gone, which is also what a release looks like
-// when its reply was lost and the client resent it after the first one
-// had deleted the key: a false alarm, on the safe side.
+// nil. That includes the release finding the lock already gone, which is
+// also what a release looks like when its reply was lost and the client
+// resent it after the first one had deleted the key: a false alarm, on
+// the safe side.
 //
 // The release runs on a context that ignores the cancellation of ctx but
 // is bounded in time: it gets the TTL or 5s, whichever is shorter, and no

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/locksmith-go/locksmith/internal/notify"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 // Obtain: one attempt, try once or wait, and cleaning up after a failure.
@@ -107,7 +109,7 @@ func (l *Locker) obtainCounted(ctx context.Context, key string, cfg *config) (*L
 	// See wait.go for how waiting works, and handoff.go for how a
 	// release hands the lock to a waiter.
 	queue := l.queues(cfg)
-	ch := companion(cfg.prefix, key, releasedKind)
+	ch := keyslot.Companion(cfg.prefix, key, keyslot.Released)
 	t := l.notify.Ticket(ch)
 	if t.Queued {
 		// Others of this Locker wait already: queue up behind them
@@ -210,13 +212,13 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 	lk := &Lock{store: l.store, key: key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: cfg.hold()}
 	lk.ref = lockRef{key: rkey, lockKey: rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
-	lk.ref.channel = companion(cfg.prefix, key, releasedKind)
+	lk.ref.channel = keyslot.Companion(cfg.prefix, key, keyslot.Released)
 	if l.store.queues() {
-		lk.ref.queue = companion(cfg.prefix, key, queueKind)
+		lk.ref.queue = keyslot.Companion(cfg.prefix, key, keyslot.Queue)
 		if cfg.fencing {
-			lk.ref.fence = companion(cfg.prefix, key, fenceKind)
+			lk.ref.fence = keyslot.Companion(cfg.prefix, key, keyslot.Fence)
 			if cfg.election {
-				lk.ref.leader = companion(cfg.prefix, key, leaderKind)
+				lk.ref.leader = keyslot.Companion(cfg.prefix, key, keyslot.Leader)
 			}
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 // DefaultDoneTTL is how long Once keeps a completion record when no
@@ -225,7 +227,7 @@ func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, strin
 	if err != nil {
 		return config{}, nil, "", err
 	}
-	return cfg, l.store, companion(cfg.prefix, key, doneKind), nil
+	return cfg, l.store, keyslot.Companion(cfg.prefix, key, keyslot.Done), nil
 }
 
 // complete ends a lock whose job completed, as Release does, but with one

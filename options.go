@@ -251,7 +251,8 @@ func checkTTL(d time.Duration) (time.Duration, error) {
 // be at least 1ms; sub-millisecond parts are dropped. The default is
 // DefaultTTL. In practice a TTL should be many round trips long: the client
 // counts the lock valid for the TTL less the drift allowance, from before
-// the acquire is sent, so a TTL of a few milliseconds leaves almost nothing. A holder that crashes blocks others for at most this long, and
+// the acquire is sent, so a TTL of a few milliseconds leaves almost
+// nothing. A holder that crashes blocks others for at most this long, and
 // work that outlives it without a Lease may run concurrently with the next
 // holder's.
 func WithTTL(d time.Duration) Option {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 // need is a set of what calls need of the connected Redis user, as
@@ -113,7 +115,7 @@ func (l *Locker) Check(ctx context.Context) error {
 	if l.store.allows(l.cfg.usage(callOnce)) == nil {
 		n |= needOnce | needInspect
 	}
-	refused, err := l.store.check(ctx, keysOf(l.cfg.prefix, companionMark+"check"), n)
+	refused, err := l.store.check(ctx, keysOf(l.cfg.prefix, keyslot.Mark+"check"), n)
 	switch {
 	case err != nil:
 		return fmt.Errorf("locksmith: check the permissions: %w", err)
