@@ -265,6 +265,31 @@ func TestRefusedMidwayLeavesNothing(t *testing.T) {
 		require.Zero(t, admin.Exists(ctx, "locksmith:"+key).Val(), "a token nobody has")
 	})
 
+	t.Run("a term's release without TIME", func(t *testing.T) {
+		client, admin := aclUser(t, srv, minimalRule...)
+		l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
+		name := uniqueKey(t)
+		term, err := l.Election(name).Campaign(ctx, "a")
+		require.NoError(t, err)
+		require.NoError(t, term.Proclaim(ctx, "a2"))
+		// A candidate queues, so that the release reads the time to hand
+		// the term over.
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		got := campaignInBackground(cctx, newLocker(t, admin, locksmith.WithPrefix("locksmith:")).Election(name), nil, "b")
+		k, err := l.Keys(name)
+		require.NoError(t, err)
+		eventually(t, 5*time.Second, func() bool { return admin.Exists(ctx, k.Queue).Val() == 1 }, "the candidate queued")
+		proclaimed := admin.Get(ctx, k.Leader).Val()
+		setRules(t, admin, client, "-time")
+		require.Error(t, term.Resign(ctx))
+		require.Equal(t, term.Token(), admin.Get(ctx, k.Lock).Val(), "the term is still held")
+		require.Equal(t, proclaimed, admin.Get(ctx, k.Leader).Val(), "the refused release deleted the proclaimed value")
+		require.Equal(t, int64(2), admin.ZCard(ctx, k.Queue).Val(), "the refused release popped the candidate's entry")
+		cancel()
+		require.ErrorIs(t, receiveTerm(t, got, "candidate").err, locksmith.ErrNotObtained)
+	})
+
 	t.Run("waiter without ZREM", func(t *testing.T) {
 		client, admin := aclUser(t, srv, minimalRule...)
 		l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))

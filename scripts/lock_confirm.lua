@@ -10,18 +10,24 @@
 -- A counter that expired meanwhile is taken again: the next token, at
 -- least the server's clock in microseconds, is larger than every earlier
 -- one. fence is 0 without a counter.
+-- Redis does not undo a script that fails halfway: the reads (the
+-- counter, and TIME when it is gone) come before the first write.
 -- (lib_fence.lua comes first: it defines take_fence.)
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
+local last, t
+if KEYS[2] then
+  last = redis.call('get', KEYS[2])
+  if not last then
+    t = redis.call('time')
+  end
+end
 redis.call('pexpire', KEYS[1], ARGV[2])
 local fence = 0
-if KEYS[2] then
-  local last = redis.call('get', KEYS[2])
-  if last then
-    fence = tonumber(last)
-  else
-    fence = take_fence(KEYS[2], last, redis.call('time'), ARGV[3])
-  end
+if last then
+  fence = tonumber(last)
+elseif t then
+  fence = take_fence(KEYS[2], last, t, ARGV[3])
 end
 return {1, fence}

@@ -20,10 +20,12 @@
 -- empty message. An entry that asks for a fencing token is skipped when
 -- the counter was not given.
 --
--- Redis does not undo a script that fails halfway, so nothing that can be
--- refused follows the change of the lock key: the announcement is sent
--- with pcall, and a refused one (a user without rights on the channel)
--- leaves the release done; waiters notice it by polling.
+-- Redis does not undo a script that fails halfway, so what can be refused
+-- (TIME, the read of the fence counter) is read before the first write,
+-- and nothing that can be refused follows the change of the lock key: the
+-- announcement is sent with pcall, and a refused one (a user without
+-- rights on the channel) leaves the release done; waiters notice it by
+-- polling.
 -- Returns 1 when released, 0 when the key is absent or holds another
 -- token.
 local function announce(msg)
@@ -36,17 +38,23 @@ if redis.call('get', KEYS[1]) ~= ARGV[1] then
   end
   return 0
 end
+local t, last_fence
+if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
+  t = redis.call('time')
+  if KEYS[3] then
+    last_fence = redis.call('get', KEYS[3])
+  end
+end
 if KEYS[4] then
   redis.call('del', KEYS[4])
 end
-if KEYS[2] and redis.call('exists', KEYS[2]) == 1 then
-  local t = redis.call('time')
+if t then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local ttl, fenced, token = pop_entry(KEYS[2], now, KEYS[3] ~= nil)
   if ttl then
     local fence = 0
     if fenced then
-      fence = take_fence(KEYS[3], redis.call('get', KEYS[3]), t, ARGV[4])
+      fence = take_fence(KEYS[3], last_fence, t, ARGV[4])
     end
     redis.call('set', KEYS[1], token, 'PX', ttl)
     announce(ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
