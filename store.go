@@ -6,7 +6,7 @@ import (
 )
 
 // The store seam: what the lock machinery asks of a Redis deployment
-// (one server, Sentinel or Cluster: redisstore.go; a quorum: quorum.go).
+// (one server, Sentinel or Cluster: store_redis.go; a quorum: quorum.go).
 // The scripts it runs, and how they are sent, are in scripts.go.
 
 // obtainCall returns the variant of the acquire script (see

@@ -12,7 +12,7 @@ import (
 // lock, readers scored by their expiry and the writer and the waiting
 // writers' intents by minus theirs, the script that takes a hold and the
 // one that reads them all. Holds are renewed and given back by the
-// scripts of every sorted-set hold (holdstore.go).
+// scripts of every sorted-set hold (store_hold.go).
 
 // rwIntentLifeMS is how long a waiting writer's intent lives unless its
 // waiter renews it, as the acquire script takes it: as long as a queued

@@ -13,7 +13,7 @@ import (
 // The store side of semaphores (see semaphore.go): one sorted set per
 // semaphore, its permits' tokens scored by their expiry, the script that
 // takes one and the one that reads them all. Permits are renewed and
-// given back by the scripts of every sorted-set hold (holdstore.go).
+// given back by the scripts of every sorted-set hold (store_hold.go).
 
 // permitReq is one attempt to take a permit: add token to the semaphore
 // with the TTL if fewer than limit unexpired permits are held (or one of
