@@ -63,20 +63,21 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 }
 
 // acquireQueued runs the acquire script and queues the caller for a
-// handoff when the lock is taken.
+// handoff when the lock is taken; if Redis Cluster refuses it, it tries
+// without queueing, through the cluster client (see viaMaster).
 func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquireRes, error) {
-	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
-	c, err := s.queueClient(ctx, req.key)
-	var v any
-	if err == nil {
+	return viaMaster(ctx, s, req.key, func(c redis.UniversalClient) (acquireRes, error) {
+		entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
 		script, args := obtainCall(&req.lockRef, true, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS)
-		v, err = script.send(ctx, c, args).Result()
-	}
-	if s.sharded() && clusterRefused(err) {
-		// Try without queueing, through the cluster client.
+		return queuedReply(script.send(ctx, c, args).Result())
+	}, func() (acquireRes, error) {
 		req.queue = false
 		return s.acquire(ctx, req)
-	}
+	})
+}
+
+// queuedReply reads the reply of a queued acquire script.
+func queuedReply(v any, err error) (acquireRes, error) {
 	if err != nil {
 		return acquireRes{}, landedError{err}
 	}
@@ -209,15 +210,13 @@ func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bo
 // it, it releases the lock alone, without a handoff (and without
 // withdrawing an entry, which then lapses).
 func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args []any) (bool, error) {
-	c, err := s.queueClient(ctx, ref.key)
-	var res int64
-	if err == nil {
-		res, err = releaseLua.send(ctx, c, args).Int64()
-	}
-	if s.sharded() && clusterRefused(err) {
-		res, err = releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
-	}
-	return res == 1, err
+	return viaMaster(ctx, s, ref.key, func(c redis.UniversalClient) (bool, error) {
+		res, err := releaseLua.send(ctx, c, args).Int64()
+		return res == 1, err
+	}, func() (bool, error) {
+		res, err := releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
+		return res == 1, err
+	})
 }
 
 // releaseArgs lays out the release script's arguments for

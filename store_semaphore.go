@@ -50,18 +50,14 @@ func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireR
 // acquirePermitQueued is acquirePermit for a caller that waits: the
 // script names the handoff queue, so, as for a lock, it goes to the
 // slot's master through its own client on Redis Cluster, and an attempt
-// the cluster refuses is sent again without queueing (see queueClient).
+// the cluster refuses is sent again without queueing (see viaMaster).
 func (s scriptStore) acquirePermitQueued(ctx context.Context, req permitReq) (acquireRes, error) {
-	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
-	c, err := s.queueClient(ctx, req.key)
-	var res acquireRes
-	if err == nil {
-		res, err = s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry, req.peers...)
-	}
-	if s.sharded() && clusterRefused(err) {
+	return viaMaster(ctx, s, req.key, func(c redis.UniversalClient) (acquireRes, error) {
+		entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
+		return s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry, req.peers...)
+	}, func() (acquireRes, error) {
 		return s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
-	}
-	return res, err
+	})
 }
 
 func (s scriptStore) permits() holdStore { return permitHandles{setStore{s}} }
@@ -108,15 +104,12 @@ func (h permitHandles) releasePermit(ctx context.Context, ref lockRef, entry any
 	if entry != nil {
 		args = append(args, entry)
 	}
-	c, err := s.queueClient(ctx, ref.key)
-	var res int64
-	if err == nil {
-		res, err = permitReleaseLua.run(ctx, c, args).Int64()
-	}
-	if s.sharded() && clusterRefused(err) {
+	return viaMaster(ctx, s, ref.key, func(c redis.UniversalClient) (bool, error) {
+		res, err := permitReleaseLua.run(ctx, c, args).Int64()
+		return res == 1, err
+	}, func() (bool, error) {
 		return h.setStore.release(ctx, ref)
-	}
-	return res == 1, err
+	})
 }
 
 func (h permitHandles) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
