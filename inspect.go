@@ -56,7 +56,7 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 	if err != nil {
 		return LockStatus{}, err
 	}
-	st := l.store
+	st := l.extras
 	k := keysOf(cfg.prefix, key)
 	fenceKey, doneKey := k.Fence, k.Done
 	raw, err := st.inspect(ctx, []string{k.Lock, fenceKey, doneKey, k.Queue})

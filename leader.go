@@ -70,7 +70,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.l.verifyNeeds(ctx, e.cfg.prefix, e.name, e.l.needs(&e.cfg, 0)); err != nil {
 		return Leader{}, err
 	}
-	raw, err := e.l.store.leader(ctx, keysOf(e.cfg.prefix, e.name))
+	raw, err := e.l.extras.leader(ctx, keysOf(e.cfg.prefix, e.name))
 	if err != nil {
 		return Leader{}, fmt.Errorf("locksmith: read the leader of %q: %w", e.name, err)
 	}
@@ -142,7 +142,7 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 	var last Leader
 	posted := false
 	for {
-		raw, err := e.l.store.leader(ctx, k)
+		raw, err := e.l.extras.leader(ctx, k)
 		next := observeQuiet
 		if err != nil {
 			next = observeUnheard

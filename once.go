@@ -227,7 +227,7 @@ func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, strin
 	if err != nil {
 		return config{}, nil, "", err
 	}
-	return cfg, l.store, keyslot.Companion(cfg.prefix, key, keyslot.Done), nil
+	return cfg, l.extras, keyslot.Companion(cfg.prefix, key, keyslot.Done), nil
 }
 
 // complete ends a lock whose job completed, as Release does, but with one

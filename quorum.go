@@ -73,7 +73,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		nodes[i] = newScriptStore(topologyOf(c))
 	}
 	q := newQuorumStore(nodes)
-	l.store = q
+	l.store = q // and no extras: allows refuses the calls that need them
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
 		l.err = q.allows(l.cfg.usage(callLock))
 	}
@@ -82,8 +82,10 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 	return l
 }
 
-// allows refuses what a quorum cannot honour: fencing, replicas, and the
-// records of Once and Inspect.
+// allows refuses what a quorum cannot honour: fencing, replicas, and
+// every call that needs the extras of one deployment (semaphores,
+// read-write locks, Once and Completed, Inspect, elections), which a
+// quorum's Locker does not have.
 func (q quorumStore) allows(u usage) error {
 	switch {
 	case u.kind == callElection:
@@ -107,60 +109,6 @@ func (q quorumStore) allows(u usage) error {
 // queues is false: a release cannot hand the lock over on a majority in
 // one step.
 func (quorumStore) queues() bool { return false }
-
-// errRefusedByAllows is what the quorum's record, complete and inspect
-// return: allows refuses their calls first, so they are never reached.
-var errRefusedByAllows = fmt.Errorf("%w: not on a quorum of masters", ErrInvalidArgument)
-
-func (quorumStore) record(context.Context, string) (string, bool, error) {
-	return "", false, errRefusedByAllows
-}
-
-func (quorumStore) complete(context.Context, lockRef, string, string, time.Duration) (bool, error) {
-	return false, errRefusedByAllows
-}
-
-// confirm is never called: a quorum's waiters are not handed locks.
-func (quorumStore) confirm(context.Context, lockRef, time.Duration) (bool, int64, error) {
-	return false, 0, errRefusedByAllows
-}
-
-func (quorumStore) acquirePermit(context.Context, permitReq) (acquireRes, error) {
-	return acquireRes{}, errRefusedByAllows
-}
-
-func (quorumStore) inspectPermits(context.Context, Keys) (rawPermits, error) {
-	return rawPermits{}, errRefusedByAllows
-}
-
-func (quorumStore) acquireRW(context.Context, lockRef, any, bool) (acquireRes, error) {
-	return acquireRes{}, errRefusedByAllows
-}
-
-func (q quorumStore) rwHandles() holdStore { return q }
-
-func (quorumStore) inspectRW(context.Context, Keys) (rawRW, error) {
-	return rawRW{}, errRefusedByAllows
-}
-
-func (quorumStore) leader(context.Context, Keys) (rawLeader, error) {
-	return rawLeader{}, errRefusedByAllows
-}
-
-func (quorumStore) proclaim(context.Context, lockRef, string) (bool, error) {
-	return false, errRefusedByAllows
-}
-
-func (quorumStore) news(context.Context, string, string) error {
-	return errRefusedByAllows
-}
-
-// permits and rwHandles are never called: allows refuses semaphores first.
-func (q quorumStore) permits() holdStore { return q }
-
-func (quorumStore) inspect(context.Context, []string) (rawStatus, error) {
-	return rawStatus{}, errRefusedByAllows
-}
 
 // maxNodeWait bounds how long an attempt waits for one master of a quorum.
 const maxNodeWait = 500 * time.Millisecond

@@ -92,7 +92,9 @@ func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaS
 }
 
 // setStore runs the operations of the handles of sorted-set holds: see
-// holdStore. A handle's ref.token is its member.
+// holdStore. A handle's ref.token is its member. A permit is handed
+// over by its release (see permitHandles), and confirmed by the store's
+// confirmPermit.
 type setStore struct{ s scriptStore }
 
 func (h setStore) release(ctx context.Context, ref lockRef) (bool, error) {
@@ -111,16 +113,6 @@ func (h setStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (
 	res, err := holdRefreshLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
 	return res == 1, err
 }
-
-// confirm is never called: these holds are not handed over (the
-// permits' handles, which are, override it).
-func (setStore) confirm(context.Context, lockRef, time.Duration) (bool, int64, error) {
-	return false, 0, errNotHandedOver
-}
-
-// errNotHandedOver marks a confirmation asked of a hold that is never
-// handed over.
-var errNotHandedOver = errors.New("this kind of hold is not handed over")
 
 func (h setStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
 	res, err := holdPTTLLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()

@@ -28,7 +28,10 @@ func newScriptStore(t topology) scriptStore {
 	return scriptStore{topology: t}
 }
 
-var _ store = scriptStore{}
+var (
+	_ store  = scriptStore{}
+	_ extras = scriptStore{}
+)
 
 func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
 	if req.replicas == 0 && !req.fenced() {

@@ -64,8 +64,7 @@ func (s scriptStore) permits() holdStore { return permitHandles{setStore{s}} }
 
 // permitHandles runs the operations of permits' handles: those of every
 // sorted-set hold, but a release hands the permit to the first waiter
-// queued for one, and a handed permit is confirmed with a fencing token
-// of its own.
+// queued for one (which confirms it with confirmPermit).
 type permitHandles struct{ setStore }
 
 func (h permitHandles) release(ctx context.Context, ref lockRef) (bool, error) {
@@ -112,8 +111,8 @@ func (h permitHandles) releasePermit(ctx context.Context, ref lockRef, entry any
 	})
 }
 
-func (h permitHandles) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
-	return h.s.runConfirm(ctx, permitConfirmLua, ref, ttl)
+func (s scriptStore) confirmPermit(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+	return s.runConfirm(ctx, permitConfirmLua, ref, ttl)
 }
 
 // rawPermits is what a store reads for Semaphore.Inspect.
