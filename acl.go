@@ -141,28 +141,3 @@ func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error
 	}
 	return res, err
 }
-
-// check asks every master, each for at most maxNodeWait, as an attempt
-// does. The answer of a majority stands: a master that did not answer
-// (down, say) is not asked again on every call until it does.
-func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
-	c := q.helpers.get(askCheck)
-	defer q.helpers.put(c)
-	c.keys, c.need = k, n
-	q.each(ctx, maxNodeWait, c)
-	var refused []string
-	failed := 0
-	for i, a := range c.answers {
-		if a.err != nil {
-			failed++
-			continue
-		}
-		for _, what := range a.refused {
-			refused = append(refused, fmt.Sprintf("%s on master %d", what, i))
-		}
-	}
-	if failed >= q.majority() {
-		return nil, q.quorumError(c)
-	}
-	return refused, nil
-}

@@ -273,3 +273,28 @@ func (q quorumStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool
 	slices.SortFunc(ttls, func(a, b time.Duration) int { return int(b - a) })
 	return ttls[q.majority()-1], true, nil
 }
+
+// check asks every master, each for at most maxNodeWait, as an attempt
+// does. The answer of a majority stands: a master that did not answer
+// (down, say) is not asked again on every call until it does.
+func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
+	c := q.helpers.get(askCheck)
+	defer q.helpers.put(c)
+	c.keys, c.need = k, n
+	q.each(ctx, maxNodeWait, c)
+	var refused []string
+	failed := 0
+	for i, a := range c.answers {
+		if a.err != nil {
+			failed++
+			continue
+		}
+		for _, what := range a.refused {
+			refused = append(refused, fmt.Sprintf("%s on master %d", what, i))
+		}
+	}
+	if failed >= q.majority() {
+		return nil, q.quorumError(c)
+	}
+	return refused, nil
+}
