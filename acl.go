@@ -127,7 +127,7 @@ func (l *Locker) Check(ctx context.Context) error {
 	return nil
 }
 
-func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
+func (s redisStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
 	sub := "subscribe"
 	if s.sharded() {
 		sub = "ssubscribe"

@@ -114,9 +114,9 @@ type inspectStore interface {
 	inspect(ctx context.Context, keys []string) (rawStatus, error)
 }
 
-var _ inspectStore = scriptStore{}
+var _ inspectStore = redisStore{}
 
-func (s scriptStore) inspect(ctx context.Context, keys []string) (rawStatus, error) {
+func (s redisStore) inspect(ctx context.Context, keys []string) (rawStatus, error) {
 	args := make([]any, 3, 3+len(keys))
 	args[2] = len(keys)
 	for _, k := range keys {

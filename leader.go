@@ -181,7 +181,7 @@ func post(out chan Leader, l Leader) {
 	out <- l
 }
 
-func (s scriptStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
+func (s redisStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
 	res, err := leaderLua.run(ctx, s.client, []any{nil, nil, 3, k.Lock, k.Fence, k.Leader}).Slice()
 	if err != nil || len(res) == 0 {
 		return rawLeader{}, err
@@ -210,7 +210,7 @@ func (s scriptStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
 	return raw, nil
 }
 
-func (s scriptStore) proclaim(ctx context.Context, ref lockRef, value string) (bool, error) {
+func (s redisStore) proclaim(ctx context.Context, ref lockRef, value string) (bool, error) {
 	res, err := proclaimLua.run(ctx, s.client, []any{nil, nil, 2, ref.lockKey, ref.leader,
 		ref.token, value, ref.channel, s.publish(), notify.NewsMark + "value"}).Int64()
 	return res == 1, err
@@ -218,7 +218,7 @@ func (s scriptStore) proclaim(ctx context.Context, ref lockRef, value string) (b
 
 // news publishes msg, which starts with notify.NewsMark, on ch: on Redis
 // Cluster with SPUBLISH, to the shard of ch's slot.
-func (s scriptStore) news(ctx context.Context, ch, msg string) error {
+func (s redisStore) news(ctx context.Context, ch, msg string) error {
 	if s.sharded() {
 		return s.client.Do(ctx, "spublish", ch, msg).Err()
 	}

@@ -77,7 +77,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		return l
 	}
 	t := topologyOf(client)
-	s := newScriptStore(t)
+	s := newRedisStore(t)
 	l.store, l.extras = s, s
 	l.err = l.cfg.apply(opts, &l.boxes)
 	l.observe(opts)

@@ -60,7 +60,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: no Redis clients for a quorum", ErrInvalidArgument)
 		return l
 	}
-	nodes := make([]scriptStore, len(clients))
+	nodes := make([]redisStore, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is nil", ErrInvalidArgument, i)
@@ -70,7 +70,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		nodes[i] = newScriptStore(topologyOf(c))
+		nodes[i] = newRedisStore(topologyOf(c))
 	}
 	q := newQuorumStore(nodes)
 	l.store = q // and no extras: allows refuses the calls that need them
@@ -115,13 +115,13 @@ const maxNodeWait = 500 * time.Millisecond
 
 // quorumStore keeps each lock on a majority of independent masters.
 type quorumStore struct {
-	nodes   []scriptStore
+	nodes   []redisStore
 	helpers *askers
 }
 
 var _ store = quorumStore{}
 
-func newQuorumStore(nodes []scriptStore) quorumStore {
+func newQuorumStore(nodes []redisStore) quorumStore {
 	return quorumStore{nodes: nodes, helpers: newAskers(nodes)}
 }
 

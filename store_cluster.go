@@ -54,7 +54,7 @@ func (t topology) master(ctx context.Context, key string) (redis.UniversalClient
 // and then marks the master as failing. The master's own client returns
 // the refusal, or a redirection once the slot has moved, and alone, sent
 // through the cluster client, follows the lock key wherever it is.
-func viaMaster[T any](ctx context.Context, s scriptStore, key string,
+func viaMaster[T any](ctx context.Context, s redisStore, key string,
 	send func(c redis.UniversalClient) (T, error), alone func() (T, error)) (T, error) {
 	c, err := s.master(ctx, key)
 	var res T

@@ -21,7 +21,7 @@ var errBadReply = errors.New("unexpected reply from a script")
 // permit's adds whether it was the caller's already: see
 // permit_acquire.lua), {0, ms until what stops the caller expires}, or
 // {-1} when the key holds another kind of hold (ErrWrongKind).
-func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
+func (s redisStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
 	return s.acquireHoldOn(ctx, s.client, script, ref, ttlMS, extra, "")
 }
 
@@ -29,7 +29,7 @@ func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lock
 // queues the caller with it in ref.queue, its last key, when it cannot
 // take the hold, and reports which of peers hold one (see
 // permit_acquire.lua).
-func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string,
+func (s redisStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string,
 	peers ...string) (acquireRes, error) {
 	args := make([]any, 4, 11+len(peers))
 	args[3] = ref.lockKey
@@ -95,7 +95,7 @@ func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaS
 // holdStore. A handle's ref.token is its member. A permit is handed
 // over by its release (see permitHandles), and confirmed by the store's
 // confirmPermit.
-type setStore struct{ s scriptStore }
+type setStore struct{ s redisStore }
 
 func (h setStore) release(ctx context.Context, ref lockRef) (bool, error) {
 	res, err := holdReleaseLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ref.channel, h.s.publish()}).Int64()

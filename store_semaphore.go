@@ -31,7 +31,7 @@ type permitReq struct {
 	peers []string
 }
 
-func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
+func (s redisStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
 	var (
 		res acquireRes
 		err error
@@ -51,7 +51,7 @@ func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireR
 // script names the handoff queue, so, as for a lock, it goes to the
 // slot's master through its own client on Redis Cluster, and an attempt
 // the cluster refuses is sent again without queueing (see viaMaster).
-func (s scriptStore) acquirePermitQueued(ctx context.Context, req permitReq) (acquireRes, error) {
+func (s redisStore) acquirePermitQueued(ctx context.Context, req permitReq) (acquireRes, error) {
 	return viaMaster(ctx, s, req.key, func(c redis.UniversalClient) (acquireRes, error) {
 		entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
 		return s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry, req.peers...)
@@ -60,7 +60,7 @@ func (s scriptStore) acquirePermitQueued(ctx context.Context, req permitReq) (ac
 	})
 }
 
-func (s scriptStore) permits() holdStore { return permitHandles{setStore{s}} }
+func (s redisStore) permits() holdStore { return permitHandles{setStore{s}} }
 
 // permitHandles runs the operations of permits' handles: those of every
 // sorted-set hold, but a release hands the permit to the first waiter
@@ -111,7 +111,7 @@ func (h permitHandles) releasePermit(ctx context.Context, ref lockRef, entry any
 	})
 }
 
-func (s scriptStore) confirmPermit(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+func (s redisStore) confirmPermit(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
 	return s.runConfirm(ctx, permitConfirmLua, ref, ttl)
 }
 
@@ -126,7 +126,7 @@ type rawPermits struct {
 	listening int64
 }
 
-func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, error) {
+func (s redisStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, error) {
 	res, err := permitInspectLua.run(ctx, s.client, []any{nil, nil, 3, k.Lock, k.Fence, k.Queue}).Slice()
 	if err != nil {
 		return rawPermits{}, err
@@ -160,7 +160,7 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 
 // listening counts the connections subscribed to channel: on Redis
 // Cluster, with sharded pub/sub, as the master of its slot counts them.
-func (s scriptStore) listening(ctx context.Context, channel string) (int64, error) {
+func (s redisStore) listening(ctx context.Context, channel string) (int64, error) {
 	if !s.sharded() {
 		n, err := s.client.PubSubNumSub(ctx, channel).Result()
 		return listeners(n, channel, err)
