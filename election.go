@@ -176,7 +176,7 @@ func (e *Election) campaign(ctx, sctx context.Context, value string) (*Term, tri
 		// Tell observers at once: a lock taken while free is announced
 		// by nobody else (a handoff was announced by the release). A
 		// failure only delays them until they poll.
-		_ = e.l.store.news(sctx, lk.ref.channel.(string), notify.NewsMark+"leader")
+		_ = e.l.extras.news(sctx, lk.ref.channel.(string), notify.NewsMark+"leader")
 	}
 	return t, tr, nil
 }
@@ -247,7 +247,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.heldLocally(); err != nil {
 		return err
 	}
-	ok, err := t.e.l.store.proclaim(ctx, t.ref, value)
+	ok, err := t.e.l.extras.proclaim(ctx, t.ref, value)
 	if err != nil {
 		return fmt.Errorf("locksmith: proclaim in %q: %w", t.key, err)
 	}

@@ -52,7 +52,7 @@ import (
 // over the lock key alone (a release without a handoff, an attempt without
 // queueing) when the cluster refuses them: while a slot migrates, a
 // script naming a key that does not exist (the queue mostly does not) is
-// refused with TRYAGAIN (see scriptStore.queueClient).
+// refused with TRYAGAIN (see viaMaster).
 //
 // Quorums and locks that wait for replicas (WithReplicas) are not queued:
 // a handoff could neither reach a majority in one step nor wait for the

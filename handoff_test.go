@@ -638,7 +638,7 @@ func TestHandoffSkipsFencedEntryWithoutCounter(t *testing.T) {
 // never queued: those of a quorum, and those that wait for replicas.
 // TestHandoffOnCluster checks that handoffs work on Redis Cluster, where
 // scripts that name the queue go to the slot's master directly (see
-// scriptStore.queueClient), for keys with and without a hash tag.
+// viaMaster), for keys with and without a hash tag.
 func TestHandoffOnCluster(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	for _, key := range []string{uniqueKey(t), "{" + uniqueKey(t) + "}:x", uniqueKey(t) + "}x"} {

@@ -22,9 +22,9 @@ type holdKind interface {
 	// caller's fellow waiters that a release may have handed the hold to
 	// unheard (see Notifier.PeersQueued): a kind whose holds are handed
 	// over reports those of them that hold one.
-	take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error)
+	take(ctx context.Context, st extras, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error)
 	// handles returns what the handles of such holds run on.
-	handles(st store) holdStore
+	handles(st extras) holdStore
 	// member returns the value that marks the hold of token in Redis.
 	member(token string) string
 	// needs returns what the calls need of the Redis user.
@@ -129,14 +129,14 @@ func (l *Locker) acquireCounted(ctx context.Context, a *holdAttempts) (*Lock, tr
 func (a *holdAttempts) try(ctx context.Context, token string, peers []string) (*Lock, acquireRes, error) {
 	lk := a.newHandle(token)
 	start := time.Now()
-	res, err := a.kind.take(ctx, a.l.store, lk.ref, &a.cfg, a.waiting, peers)
+	res, err := a.kind.take(ctx, a.l.extras, lk.ref, &a.cfg, a.waiting, peers)
 	return settle(ctx, a.key, &a.cfg, lk, start, res, err)
 }
 
 // newHandle makes the handle of a hold with token.
 func (a *holdAttempts) newHandle(token string) *Lock {
 	cfg := &a.cfg
-	lk := &Lock{store: a.kind.handles(a.l.store), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: a.kind.hold()}
+	lk := &Lock{store: a.kind.handles(a.l.extras), key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: a.kind.hold()}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: a.kind.member(token), fenceTTLMS: cfg.fenceTTLMS,
 		channel: keyslot.Companion(cfg.prefix, a.key, keyslot.Released)}
 	if a.queues() {
@@ -169,7 +169,7 @@ func (a *holdAttempts) handedOver(ctx context.Context, w *notify.Waiter, h *noti
 	if !a.queues() {
 		return nil, fmt.Errorf("locksmith: %q: this kind of hold is not handed over", a.key)
 	}
-	return a.l.claimHandoff(ctx, a.key, &a.cfg, a.newHandle(w.Token()), w, h, since)
+	return a.l.claimHandoff(ctx, a.key, &a.cfg, a.newHandle(w.Token()), a.l.extras.confirmPermit, w, h, since)
 }
 
 func (a *holdAttempts) leave(ctx context.Context, w *notify.Waiter) {

@@ -56,7 +56,7 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 	if err != nil {
 		return LockStatus{}, err
 	}
-	st := l.store
+	st := l.extras
 	k := keysOf(cfg.prefix, key)
 	fenceKey, doneKey := k.Fence, k.Done
 	raw, err := st.inspect(ctx, []string{k.Lock, fenceKey, doneKey, k.Queue})
@@ -114,9 +114,9 @@ type inspectStore interface {
 	inspect(ctx context.Context, keys []string) (rawStatus, error)
 }
 
-var _ inspectStore = scriptStore{}
+var _ inspectStore = redisStore{}
 
-func (s scriptStore) inspect(ctx context.Context, keys []string) (rawStatus, error) {
+func (s redisStore) inspect(ctx context.Context, keys []string) (rawStatus, error) {
 	args := make([]any, 3, 3+len(keys))
 	args[2] = len(keys)
 	for _, k := range keys {

@@ -70,7 +70,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.l.verifyNeeds(ctx, e.cfg.prefix, e.name, e.l.needs(&e.cfg, 0)); err != nil {
 		return Leader{}, err
 	}
-	raw, err := e.l.store.leader(ctx, keysOf(e.cfg.prefix, e.name))
+	raw, err := e.l.extras.leader(ctx, keysOf(e.cfg.prefix, e.name))
 	if err != nil {
 		return Leader{}, fmt.Errorf("locksmith: read the leader of %q: %w", e.name, err)
 	}
@@ -142,7 +142,7 @@ func (e *Election) observe(ctx context.Context, out chan Leader) {
 	var last Leader
 	posted := false
 	for {
-		raw, err := e.l.store.leader(ctx, k)
+		raw, err := e.l.extras.leader(ctx, k)
 		next := observeQuiet
 		if err != nil {
 			next = observeUnheard
@@ -181,7 +181,7 @@ func post(out chan Leader, l Leader) {
 	out <- l
 }
 
-func (s scriptStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
+func (s redisStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
 	res, err := leaderLua.run(ctx, s.client, []any{nil, nil, 3, k.Lock, k.Fence, k.Leader}).Slice()
 	if err != nil || len(res) == 0 {
 		return rawLeader{}, err
@@ -210,7 +210,7 @@ func (s scriptStore) leader(ctx context.Context, k Keys) (rawLeader, error) {
 	return raw, nil
 }
 
-func (s scriptStore) proclaim(ctx context.Context, ref lockRef, value string) (bool, error) {
+func (s redisStore) proclaim(ctx context.Context, ref lockRef, value string) (bool, error) {
 	res, err := proclaimLua.run(ctx, s.client, []any{nil, nil, 2, ref.lockKey, ref.leader,
 		ref.token, value, ref.channel, s.publish(), notify.NewsMark + "value"}).Int64()
 	return res == 1, err
@@ -218,7 +218,7 @@ func (s scriptStore) proclaim(ctx context.Context, ref lockRef, value string) (b
 
 // news publishes msg, which starts with notify.NewsMark, on ch: on Redis
 // Cluster with SPUBLISH, to the shard of ch's slot.
-func (s scriptStore) news(ctx context.Context, ch, msg string) error {
+func (s redisStore) news(ctx context.Context, ch, msg string) error {
 	if s.sharded() {
 		return s.client.Do(ctx, "spublish", ch, msg).Err()
 	}

@@ -37,7 +37,11 @@ const lostReleaseWait = time.Second
 // Close stops them at once and waits for them: call it when the Locker is
 // no longer needed, before closing the client.
 type Locker struct {
-	store  store
+	store store
+	// extras serves semaphores, read-write locks, Once, Inspect and
+	// elections, and confirms handoffs: the store itself from New, nil on
+	// a quorum (whose store's allows refuses those calls first).
+	extras extras
 	notify *notify.Notifier
 	cfg    config
 	err    error // a bad client or default option given to New
@@ -73,7 +77,8 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		return l
 	}
 	t := topologyOf(client)
-	l.store = newScriptStore(t)
+	s := newRedisStore(t)
+	l.store, l.extras = s, s
 	l.err = l.cfg.apply(opts, &l.boxes)
 	l.observe(opts)
 	l.notify = l.newNotifier(t)

@@ -229,13 +229,19 @@ func (l *Locker) newLock(key, rkey string, cfg *config, token string) *Lock {
 // announced. Its validity runs from since, when w's first queued attempt
 // was sent (see handoff.go).
 func (l *Locker) handedOver(ctx context.Context, key, rkey string, cfg *config, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
-	return l.claimHandoff(ctx, key, cfg, l.newLock(key, rkey, cfg, w.Token()), w, h, since)
+	if l.extras == nil {
+		// A quorum: its waiters are not queued, so no release hands them
+		// the lock.
+		return nil, fmt.Errorf("locksmith: %q: a quorum's locks are not handed over", key)
+	}
+	return l.claimHandoff(ctx, key, cfg, l.newLock(key, rkey, cfg, w.Token()), l.extras.confirm, w, h, since)
 }
 
 // claimHandoff returns lk, the handle of a lock (or permit) that a
-// release handed to waiter w, as h announced, once it is sure of it: see
-// handedOver.
-func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *Lock, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
+// release handed to waiter w, as h announced, once it is sure of it, with
+// confirm: see handedOver.
+func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *Lock, confirm confirmFunc, w *notify.Waiter, h *notify.Handoff,
+	since time.Time) (*Lock, error) {
 	lk.fence = h.Fence
 	lk.ttl = h.TTL
 	drift := cfg.driftFor(h.TTL)
@@ -254,7 +260,7 @@ func (l *Locker) claimHandoff(ctx context.Context, key string, cfg *config, lk *
 		// holding's fence, lower than those of the holders in between:
 		// its deadline is past, so it always comes here.
 		start := time.Now()
-		ok, fence, err := lk.store.confirm(ctx, lk.ref, h.TTL)
+		ok, fence, err := confirm(ctx, lk.ref, h.TTL)
 		switch {
 		case err != nil || !ok:
 			deleteIfOwned(ctx, lk)

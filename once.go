@@ -227,7 +227,7 @@ func (l *Locker) onceConfig(key string, opts []Option) (config, onceStore, strin
 	if err != nil {
 		return config{}, nil, "", err
 	}
-	return cfg, l.store, keyslot.Companion(cfg.prefix, key, keyslot.Done), nil
+	return cfg, l.extras, keyslot.Companion(cfg.prefix, key, keyslot.Done), nil
 }
 
 // complete ends a lock whose job completed, as Release does, but with one
@@ -252,9 +252,9 @@ type onceStore interface {
 	complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error)
 }
 
-var _ onceStore = scriptStore{}
+var _ onceStore = redisStore{}
 
-func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, error) {
+func (s redisStore) record(ctx context.Context, doneKey string) (string, bool, error) {
 	v, err := s.client.Get(ctx, doneKey).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
@@ -262,7 +262,7 @@ func (s scriptStore) record(ctx context.Context, doneKey string) (string, bool, 
 	return v, err == nil, err
 }
 
-func (s scriptStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
+func (s redisStore) complete(ctx context.Context, ref lockRef, doneKey, record string, retention time.Duration) (bool, error) {
 	res, err := completeLua.run(ctx, s.client, []any{nil, nil, 2, ref.key, doneKey, ref.token, record,
 		retention.Milliseconds(), ref.channel, s.publish()}).Int64()
 	return res == 1, err

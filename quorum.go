@@ -60,7 +60,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: no Redis clients for a quorum", ErrInvalidArgument)
 		return l
 	}
-	nodes := make([]scriptStore, len(clients))
+	nodes := make([]redisStore, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is nil", ErrInvalidArgument, i)
@@ -70,10 +70,10 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		nodes[i] = newScriptStore(topologyOf(c))
+		nodes[i] = newRedisStore(topologyOf(c))
 	}
 	q := newQuorumStore(nodes)
-	l.store = q
+	l.store = q // and no extras: allows refuses the calls that need them
 	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
 		l.err = q.allows(l.cfg.usage(callLock))
 	}
@@ -82,8 +82,10 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 	return l
 }
 
-// allows refuses what a quorum cannot honour: fencing, replicas, and the
-// records of Once and Inspect.
+// allows refuses what a quorum cannot honour: fencing, replicas, and
+// every call that needs the extras of one deployment (semaphores,
+// read-write locks, Once and Completed, Inspect, elections), which a
+// quorum's Locker does not have.
 func (q quorumStore) allows(u usage) error {
 	switch {
 	case u.kind == callElection:
@@ -108,72 +110,18 @@ func (q quorumStore) allows(u usage) error {
 // one step.
 func (quorumStore) queues() bool { return false }
 
-// errRefusedByAllows is what the quorum's record, complete and inspect
-// return: allows refuses their calls first, so they are never reached.
-var errRefusedByAllows = fmt.Errorf("%w: not on a quorum of masters", ErrInvalidArgument)
-
-func (quorumStore) record(context.Context, string) (string, bool, error) {
-	return "", false, errRefusedByAllows
-}
-
-func (quorumStore) complete(context.Context, lockRef, string, string, time.Duration) (bool, error) {
-	return false, errRefusedByAllows
-}
-
-// confirm is never called: a quorum's waiters are not handed locks.
-func (quorumStore) confirm(context.Context, lockRef, time.Duration) (bool, int64, error) {
-	return false, 0, errRefusedByAllows
-}
-
-func (quorumStore) acquirePermit(context.Context, permitReq) (acquireRes, error) {
-	return acquireRes{}, errRefusedByAllows
-}
-
-func (quorumStore) inspectPermits(context.Context, Keys) (rawPermits, error) {
-	return rawPermits{}, errRefusedByAllows
-}
-
-func (quorumStore) acquireRW(context.Context, lockRef, any, bool) (acquireRes, error) {
-	return acquireRes{}, errRefusedByAllows
-}
-
-func (q quorumStore) rwHandles() holdStore { return q }
-
-func (quorumStore) inspectRW(context.Context, Keys) (rawRW, error) {
-	return rawRW{}, errRefusedByAllows
-}
-
-func (quorumStore) leader(context.Context, Keys) (rawLeader, error) {
-	return rawLeader{}, errRefusedByAllows
-}
-
-func (quorumStore) proclaim(context.Context, lockRef, string) (bool, error) {
-	return false, errRefusedByAllows
-}
-
-func (quorumStore) news(context.Context, string, string) error {
-	return errRefusedByAllows
-}
-
-// permits and rwHandles are never called: allows refuses semaphores first.
-func (q quorumStore) permits() holdStore { return q }
-
-func (quorumStore) inspect(context.Context, []string) (rawStatus, error) {
-	return rawStatus{}, errRefusedByAllows
-}
-
 // maxNodeWait bounds how long an attempt waits for one master of a quorum.
 const maxNodeWait = 500 * time.Millisecond
 
 // quorumStore keeps each lock on a majority of independent masters.
 type quorumStore struct {
-	nodes   []scriptStore
+	nodes   []redisStore
 	helpers *askers
 }
 
 var _ store = quorumStore{}
 
-func newQuorumStore(nodes []scriptStore) quorumStore {
+func newQuorumStore(nodes []redisStore) quorumStore {
 	return quorumStore{nodes: nodes, helpers: newAskers(nodes)}
 }
 
@@ -324,4 +272,29 @@ func (q quorumStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool
 	// longest TTL runs out.
 	slices.SortFunc(ttls, func(a, b time.Duration) int { return int(b - a) })
 	return ttls[q.majority()-1], true, nil
+}
+
+// check asks every master, each for at most maxNodeWait, as an attempt
+// does. The answer of a majority stands: a master that did not answer
+// (down, say) is not asked again on every call until it does.
+func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
+	c := q.helpers.get(askCheck)
+	defer q.helpers.put(c)
+	c.keys, c.need = k, n
+	q.each(ctx, maxNodeWait, c)
+	var refused []string
+	failed := 0
+	for i, a := range c.answers {
+		if a.err != nil {
+			failed++
+			continue
+		}
+		for _, what := range a.refused {
+			refused = append(refused, fmt.Sprintf("%s on master %d", what, i))
+		}
+	}
+	if failed >= q.majority() {
+		return nil, q.quorumError(c)
+	}
+	return refused, nil
 }

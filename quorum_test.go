@@ -131,6 +131,52 @@ func TestQuorumRefusesWhatItCannotHonour(t *testing.T) {
 	require.Zero(t, cnt.count())
 }
 
+// TestQuorumRefusesWhatOnlyOneDeploymentServes checks each call that a
+// quorum's Locker has no store for (its semaphores, read-write locks,
+// Once records, Inspect and elections): each is refused with an error
+// matching ErrInvalidArgument that names the quorum, before anything is
+// sent.
+func TestQuorumRefusesWhatOnlyOneDeploymentServes(t *testing.T) {
+	q := newQuorum(t)
+	cnt := &counter{}
+	var cs []redis.UniversalClient
+	for _, s := range q.servers[:3] {
+		cs = append(cs, newClient(t, s.Options(), []redis.Hook{cnt}))
+	}
+	ctx := t.Context()
+	l := newQuorumLocker(t, cs)
+	noop := func(context.Context) error { return nil }
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Once", func() error { _, err := l.Once(ctx, "k", noop); return err }},
+		{"Completed", func() error { _, _, err := l.Completed(ctx, "k"); return err }},
+		{"Inspect", func() error { _, err := l.Inspect(ctx, "k"); return err }},
+		{"Semaphore.Acquire", func() error { _, err := l.Semaphore("k", 2).Acquire(ctx); return err }},
+		{"Semaphore.WithPermit", func() error { return l.Semaphore("k", 2).WithPermit(ctx, noop) }},
+		{"Semaphore.Inspect", func() error { _, err := l.Semaphore("k", 2).Inspect(ctx); return err }},
+		{"RWMutex.ObtainRead", func() error { _, err := l.RWMutex("k").ObtainRead(ctx); return err }},
+		{"RWMutex.ObtainWrite", func() error { _, err := l.RWMutex("k").ObtainWrite(ctx); return err }},
+		{"RWMutex.WithReadLock", func() error { return l.RWMutex("k").WithReadLock(ctx, noop) }},
+		{"RWMutex.WithWriteLock", func() error { return l.RWMutex("k").WithWriteLock(ctx, noop) }},
+		{"RWMutex.Inspect", func() error { _, err := l.RWMutex("k").Inspect(ctx); return err }},
+		{"Election.Campaign", func() error { _, err := l.Election("k").Campaign(ctx, "v"); return err }},
+		{"Election.Run", func() error {
+			return l.Election("k").Run(ctx, "v", func(context.Context, *locksmith.Term) error { return nil })
+		}},
+		{"Election.Leader", func() error { _, err := l.Election("k").Leader(ctx); return err }},
+		{"Election.Observe", func() error { _, err := l.Election("k").Observe(ctx); return err }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
+			require.ErrorContains(t, err, "on a quorum of masters")
+		})
+	}
+	require.Zero(t, cnt.count(), "refused calls sent %v", cnt.all())
+}
+
 func TestQuorumContention(t *testing.T) {
 	q := newQuorum(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

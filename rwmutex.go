@@ -143,28 +143,28 @@ type (
 	writeKind struct{}
 )
 
-func (readKind) take(ctx context.Context, st store, ref lockRef, cfg *config, _ bool, _ []string) (acquireRes, error) {
+func (readKind) take(ctx context.Context, st extras, ref lockRef, cfg *config, _ bool, _ []string) (acquireRes, error) {
 	return st.acquireRW(ctx, ref, cfg.ttlMS, false)
 }
-func (readKind) handles(st store) holdStore { return st.rwHandles() }
-func (readKind) member(token string) string { return "r:" + token }
-func (readKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
-func (readKind) queued() bool               { return false }
-func (readKind) handsOver() bool            { return false }
-func (readKind) hold() Hold                 { return HoldRead }
+func (readKind) handles(st extras) holdStore { return st.rwHandles() }
+func (readKind) member(token string) string  { return "r:" + token }
+func (readKind) needs(cfg *config) need      { return needRW | fenceNeed(cfg) }
+func (readKind) queued() bool                { return false }
+func (readKind) handsOver() bool             { return false }
+func (readKind) hold() Hold                  { return HoldRead }
 func (readKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held or awaited by a writer", ErrNotObtained, key)
 }
 
 // take leaves an intent, which stops new readers, only for a writer that
 // waits.
-func (writeKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, _ []string) (acquireRes, error) {
+func (writeKind) take(ctx context.Context, st extras, ref lockRef, cfg *config, waiting bool, _ []string) (acquireRes, error) {
 	return st.acquireRW(ctx, ref, cfg.ttlMS, waiting)
 }
-func (writeKind) handles(st store) holdStore { return st.rwHandles() }
-func (writeKind) member(token string) string { return "w:" + token }
-func (writeKind) needs(cfg *config) need     { return needRW | fenceNeed(cfg) }
-func (writeKind) hold() Hold                 { return HoldWrite }
+func (writeKind) handles(st extras) holdStore { return st.rwHandles() }
+func (writeKind) member(token string) string  { return "w:" + token }
+func (writeKind) needs(cfg *config) need      { return needRW | fenceNeed(cfg) }
+func (writeKind) hold() Hold                  { return HoldWrite }
 
 // queued: a waiting writer's intent lapses unless its attempts renew it.
 func (writeKind) queued() bool    { return true }
@@ -200,7 +200,7 @@ func (m *RWMutex) Inspect(ctx context.Context, opts ...Option) (RWStatus, error)
 		return RWStatus{}, err
 	}
 	k := keysOf(cfg.prefix, m.key)
-	raw, err := m.l.store.inspectRW(ctx, k)
+	raw, err := m.l.extras.inspectRW(ctx, k)
 	if err != nil {
 		return RWStatus{}, fmt.Errorf("locksmith: inspect read-write lock %q: %w", m.key, err)
 	}

@@ -13,7 +13,7 @@ import (
 // semaphore's permit, rw_* a read-write lock's hold, hold_* the handle of
 // either of those two (both are members of one sorted set per name: see
 // hold.go), election_* an election, once_* Once, acl_probe.lua the check
-// of the connected user's permissions (permissions.go). The table below
+// of the connected user's permissions (acl.go). The table below
 // lists, for each script, its preludes, in order, then its own file.
 //
 // A prelude, lib_*, is what several scripts share, written once: it only
@@ -36,7 +36,7 @@ import (
 var scriptFiles embed.FS
 
 var (
-	// A lock's (store.go, redisstore.go; the acquire is obtainScripts).
+	// A lock's (store.go, store_redis.go; the acquire is obtainScripts).
 	tryLua     = newScript("lock_try.lua")
 	releaseLua = newScript("lib_queue.lua", "lib_fence.lua", "lock_release.lua")
 	refreshLua = newScript("lock_refresh.lua")
@@ -44,17 +44,17 @@ var (
 	confirmLua = newScript("lib_fence.lua", "lock_confirm.lua")
 	inspectLua = newScript("lock_inspect.lua")
 
-	// A semaphore's (permitstore.go).
+	// A semaphore's (store_semaphore.go).
 	permitAcquireLua = newScript("lib_hold.lua", "lib_fence.lua", "permit_acquire.lua")
 	permitInspectLua = newScript("lib_hold.lua", "permit_inspect.lua")
 	permitReleaseLua = newScript("lib_hold.lua", "lib_queue.lua", "lib_fence.lua", "permit_release.lua")
 	permitConfirmLua = newScript("lib_hold.lua", "lib_fence.lua", "permit_confirm.lua")
 
-	// A read-write lock's (rwstore.go).
+	// A read-write lock's (store_rwmutex.go).
 	rwAcquireLua = newScript("lib_hold.lua", "lib_fence.lua", "rw_acquire.lua")
 	rwInspectLua = newScript("lib_hold.lua", "rw_inspect.lua")
 
-	// The handle of a permit or of a read-write lock's hold (holdstore.go).
+	// The handle of a permit or of a read-write lock's hold (store_hold.go).
 	holdReleaseLua = newScript("lib_hold.lua", "hold_release.lua")
 	holdRefreshLua = newScript("lib_hold.lua", "hold_refresh.lua")
 	holdPTTLLua    = newScript("lib_hold.lua", "hold_pttl.lua")
@@ -66,7 +66,7 @@ var (
 	// Once's (once.go).
 	completeLua = newScript("once_complete.lua")
 
-	// The permissions probe (permissions.go).
+	// The permissions probe (acl.go).
 	probeLua = newScript("acl_probe.lua")
 )
 

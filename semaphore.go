@@ -145,11 +145,11 @@ func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
 // permitKind is a permit of a semaphore with a limit: see holdKind.
 type permitKind struct{ limit int }
 
-func (k permitKind) take(ctx context.Context, st store, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error) {
+func (k permitKind) take(ctx context.Context, st extras, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error) {
 	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit, queue: waiting, peers: peers})
 }
 
-func (permitKind) handles(st store) holdStore { return st.permits() }
+func (permitKind) handles(st extras) holdStore { return st.permits() }
 
 func (permitKind) member(token string) string { return token }
 
@@ -211,7 +211,7 @@ func (s *Semaphore) Inspect(ctx context.Context, opts ...Option) (SemaphoreStatu
 		return SemaphoreStatus{}, err
 	}
 	k := keysOf(cfg.prefix, s.key)
-	raw, err := s.l.store.inspectPermits(ctx, k)
+	raw, err := s.l.extras.inspectPermits(ctx, k)
 	if err != nil {
 		return SemaphoreStatus{}, fmt.Errorf("locksmith: inspect semaphore %q: %w", s.key, err)
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // The store seam: what the lock machinery asks of a Redis deployment
-// (one server, Sentinel or Cluster: redisstore.go; a quorum: quorum.go).
+// (one server, Sentinel or Cluster: store_redis.go; a quorum: quorum.go).
 // The scripts it runs, and how they are sent, are in scripts.go.
 
 // obtainCall returns the variant of the acquire script (see
@@ -37,12 +37,41 @@ const pttlNotHeld = -3
 // slot) in one round trip (two when the server first answers NOSCRIPT,
 // or when a waiting caller's first plain SET finds the lock taken: see
 // acquireMode), and reports a Redis failure as an error, never as the
-// lock being held or not held. It is the seam behind which other deployments (a quorum of
-// independent servers) can stand.
+// lock being held or not held. It is the seam behind which other
+// deployments (a quorum of independent servers) can stand; what only one
+// deployment can serve is on extras, which a quorum does not implement.
 type store interface {
 	holdStore
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
+	// allows returns nil when the deployment can serve a call u, and
+	// otherwise an error matching ErrInvalidArgument that says why;
+	// nothing is sent either way. It refuses every call that needs
+	// extras from a store that has none.
+	allows(u usage) error
+	// queues reports whether waiters are queued in Redis for a direct
+	// handoff (see handoff.go), which takes a queue key beside each lock.
+	queues() bool
+	// check returns the commands that calls with needs n on the lock
+	// named by k need and the connected user may not run, changing
+	// nothing.
+	check(ctx context.Context, k Keys, n need) (refused []string, err error)
+	// close stops and waits for the goroutines the store started, for
+	// Locker.Close; the store still serves calls after it.
+	close()
+}
+
+// extras is what the store of one deployment (one server, Sentinel or
+// Cluster) serves beyond store: what a quorum cannot honour (see
+// quorumStore.allows). A Locker keeps it beside its store, set by New and
+// nil on a quorum; allows refuses the calls that need it before they
+// reach it.
+type extras interface {
+	// confirm and confirmPermit confirm a lock and a permit handed to a
+	// queued waiter (see confirmFunc): only a store that queues waiters
+	// hands holds over.
+	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
+	confirmPermit(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 	// acquirePermit runs one attempt to take a permit of a semaphore, as
 	// permitReq describes; a refused attempt reports how long until the
 	// earliest permit expires as the holder's TTL.
@@ -57,16 +86,8 @@ type store interface {
 	acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error)
 	rwHandles() holdStore
 	inspectRW(ctx context.Context, k Keys) (rawRW, error)
-	// allows returns nil when the deployment can serve a call u, and
-	// otherwise an error matching ErrInvalidArgument that says why;
-	// nothing is sent either way.
-	allows(u usage) error
-	// queues reports whether waiters are queued in Redis for a direct
-	// handoff (see handoff.go), which takes a queue key beside each lock.
-	queues() bool
 	// record, complete and inspect serve Once, Completed and Inspect (see
-	// onceStore and inspectStore); they are called only when allows let
-	// the call through.
+	// onceStore and inspectStore).
 	onceStore
 	inspectStore
 	// leader reads an election's leader (see election_leader.lua); proclaim sets
@@ -76,17 +97,10 @@ type store interface {
 	leader(ctx context.Context, k Keys) (rawLeader, error)
 	proclaim(ctx context.Context, ref lockRef, value string) (bool, error)
 	news(ctx context.Context, ch, msg string) error
-	// check returns the commands that calls with needs n on the lock
-	// named by k need and the connected user may not run, changing
-	// nothing.
-	check(ctx context.Context, k Keys, n need) (refused []string, err error)
-	// close stops and waits for the goroutines the store started, for
-	// Locker.Close; the store still serves calls after it.
-	close()
 }
 
-// holdStore is what the handle of a hold (a Lock: a lock, or a permit of
-// a semaphore) runs on.
+// holdStore is what the handle of a hold (a Lock: a lock, a permit of a
+// semaphore, a hold of a read-write lock) runs on.
 type holdStore interface {
 	// release hands the lock to the first of its queued waiters, or
 	// deletes it, if it holds the token, announces which to waiters in the
@@ -101,12 +115,15 @@ type holdStore interface {
 	refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error)
 	// pttl returns the lock's remaining TTL if it holds the token.
 	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
-	// confirm resets the TTL of a lock (or permit) handed to ref's token,
-	// if it holds the token, and returns the fencing token it holds it
-	// with (see lock_confirm.lua and permit_confirm.lua); ok is false when it
-	// does not hold the token.
-	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 }
+
+// confirmFunc confirms a hold that a release handed over (see
+// Locker.claimHandoff): it resets the TTL of the lock (or permit) handed
+// to ref's token, if it holds the token, and returns the fencing token it
+// holds it with (see lock_confirm.lua and permit_confirm.lua); ok is false
+// when it does not hold the token. It is extras.confirm or
+// extras.confirmPermit.
+type confirmFunc func(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 
 // usage is what a call asks of a store, for store.allows: a value, so
 // that asking does not make the call's config escape.

@@ -11,26 +11,29 @@ import (
 
 // The store of one Redis server, Sentinel group or Cluster.
 
-// scriptStore is the store of a single Redis server, Sentinel group or
+// redisStore is the store of a single Redis server, Sentinel group or
 // cluster, reached through one go-redis client.
-type scriptStore struct {
+type redisStore struct {
 	topology // on Redis Cluster, announce with SPUBLISH
 }
 
-func (scriptStore) allows(usage) error { return nil }
+func (redisStore) allows(usage) error { return nil }
 
-func (scriptStore) queues() bool { return true }
+func (redisStore) queues() bool { return true }
 
-// close has nothing to stop: a scriptStore starts no goroutines.
-func (scriptStore) close() {}
+// close has nothing to stop: a redisStore starts no goroutines.
+func (redisStore) close() {}
 
-func newScriptStore(t topology) scriptStore {
-	return scriptStore{topology: t}
+func newRedisStore(t topology) redisStore {
+	return redisStore{topology: t}
 }
 
-var _ store = scriptStore{}
+var (
+	_ store  = redisStore{}
+	_ extras = redisStore{}
+)
 
-func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
+func (s redisStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
 	if req.replicas == 0 && !req.fenced() {
 		switch req.mode {
 		case plainOnce:
@@ -63,20 +66,21 @@ func (s scriptStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 }
 
 // acquireQueued runs the acquire script and queues the caller for a
-// handoff when the lock is taken.
-func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquireRes, error) {
-	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
-	c, err := s.queueClient(ctx, req.key)
-	var v any
-	if err == nil {
+// handoff when the lock is taken; if Redis Cluster refuses it, it tries
+// without queueing, through the cluster client (see viaMaster).
+func (s redisStore) acquireQueued(ctx context.Context, req acquireReq) (acquireRes, error) {
+	return viaMaster(ctx, s, req.key, func(c redis.UniversalClient) (acquireRes, error) {
+		entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
 		script, args := obtainCall(&req.lockRef, true, req.token, req.ttlMS, req.fenceTTLMS, entry, queueEntryLifeMS)
-		v, err = script.send(ctx, c, args).Result()
-	}
-	if s.sharded() && clusterRefused(err) {
-		// Try without queueing, through the cluster client.
+		return queuedReply(script.send(ctx, c, args).Result())
+	}, func() (acquireRes, error) {
 		req.queue = false
 		return s.acquire(ctx, req)
-	}
+	})
+}
+
+// queuedReply reads the reply of a queued acquire script.
+func queuedReply(v any, err error) (acquireRes, error) {
 	if err != nil {
 		return acquireRes{}, landedError{err}
 	}
@@ -109,7 +113,7 @@ func (s scriptStore) acquireQueued(ctx context.Context, req acquireReq) (acquire
 // first command, whose success it answers at once, so a reply that is an
 // error means that it wrote nothing, as for a single command (see
 // mayHaveLanded).
-func (s scriptStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
+func (s redisStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
 	return s.tryOnce(ctx, req, tryArgs(req))
 }
 
@@ -120,7 +124,7 @@ func tryArgs(req acquireReq) []any {
 
 // tryOnce is acquireOnce with lock_try.lua's arguments for req laid out by
 // tryArgs, which it only reads: the masters of a quorum share them.
-func (s scriptStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
+func (s redisStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
 	v, err := tryLua.send(ctx, s.client, args).Result()
 	if err != nil {
 		return acquireRes{}, err
@@ -143,7 +147,7 @@ func (s scriptStore) tryOnce(ctx context.Context, req acquireReq, args []any) (a
 // falls back to the script, which tells whether the taker is this very
 // call (a resend whose first delivery took it) and reports the holder's
 // TTL.
-func (s scriptStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRes, error) {
+func (s redisStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRes, error) {
 	cmd := redis.NewStatusCmd(ctx, "set", req.lockKey, req.token, "px", req.ttlMS, "nx")
 	_ = s.client.Process(ctx, cmd)
 	switch err := cmd.Err(); {
@@ -160,7 +164,7 @@ func (s scriptStore) acquireFirst(ctx context.Context, req acquireReq) (acquireR
 // round trip, falling back to EVAL when the server does not know the
 // script. It returns the script's reply and the replicas that
 // acknowledged.
-func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int64, int64, error) {
+func (s redisStore) acquireReplicated(ctx context.Context, req acquireReq) (int64, int64, error) {
 	// WAIT counts the replicas of the connection it is sent on, so it must
 	// follow the script on the same connection to the lock's master: on a
 	// cluster, the pipeline goes to that master's own client (which does
@@ -186,11 +190,11 @@ func (s scriptStore) acquireReplicated(ctx context.Context, req acquireReq) (int
 	return res, acked, nil
 }
 
-func (s scriptStore) release(ctx context.Context, ref lockRef) (bool, error) {
+func (s redisStore) release(ctx context.Context, ref lockRef) (bool, error) {
 	return s.releaseQueued(ctx, ref, s.releaseArgs(ref, true))
 }
 
-func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
+func (s redisStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
 	ok, err := s.releaseQueued(ctx, ref, s.releaseArgs(ref, true, queueEntry(ttlMS, ref.fenced(), ref.token.(string))))
 	var rerr redis.Error
 	if errors.As(err, &rerr) && ref.queue != "" {
@@ -208,16 +212,14 @@ func (s scriptStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bo
 // reads: the masters of a quorum share them. If Redis Cluster refuses
 // it, it releases the lock alone, without a handoff (and without
 // withdrawing an entry, which then lapses).
-func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args []any) (bool, error) {
-	c, err := s.queueClient(ctx, ref.key)
-	var res int64
-	if err == nil {
-		res, err = releaseLua.send(ctx, c, args).Int64()
-	}
-	if s.sharded() && clusterRefused(err) {
-		res, err = releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
-	}
-	return res == 1, err
+func (s redisStore) releaseQueued(ctx context.Context, ref lockRef, args []any) (bool, error) {
+	return viaMaster(ctx, s, ref.key, func(c redis.UniversalClient) (bool, error) {
+		res, err := releaseLua.send(ctx, c, args).Int64()
+		return res == 1, err
+	}, func() (bool, error) {
+		res, err := releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
+		return res == 1, err
+	})
 }
 
 // releaseArgs lays out the release script's arguments for
@@ -226,7 +228,7 @@ func (s scriptStore) releaseQueued(ctx context.Context, ref lockRef, args []any)
 // fence counter and an election's proclaimed value (those the lock has:
 // lock_release.lua takes them in that order, each optional after the one
 // before); entry, if given, follows.
-func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
+func (s redisStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
 	args := make([]any, 4, 3+4+4+len(entry))
 	args[3] = ref.lockKey
 	if companions && ref.queue != "" {
@@ -246,7 +248,7 @@ func (s scriptStore) releaseArgs(ref lockRef, companions bool, entry ...any) []a
 // publish returns the command that announces releases: SPUBLISH on Redis
 // Cluster, whose sharded channels live in their key's slot, and PUBLISH
 // elsewhere.
-func (s scriptStore) publish() any {
+func (s redisStore) publish() any {
 	if s.sharded() {
 		return spublishCmd
 	}
@@ -256,7 +258,7 @@ func (s scriptStore) publish() any {
 // The announcing commands, converted once for go-redis.
 var publishCmd, spublishCmd any = "publish", "spublish"
 
-func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
+func (s redisStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
 	args := []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}
 	if ref.leader != "" {
 		args = []any{nil, nil, 2, ref.lockKey, ref.leader, ref.token, ttl.Milliseconds()}
@@ -265,13 +267,13 @@ func (s scriptStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration
 	return res == 1, err
 }
 
-func (s scriptStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+func (s redisStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
 	return s.runConfirm(ctx, confirmLua, ref, ttl)
 }
 
 // runConfirm runs script, lock_confirm.lua or permit_confirm.lua, which take
 // the same arguments and answer alike, for ref with ttl.
-func (s scriptStore) runConfirm(ctx context.Context, script luaScript, ref lockRef, ttl time.Duration) (bool, int64, error) {
+func (s redisStore) runConfirm(ctx context.Context, script luaScript, ref lockRef, ttl time.Duration) (bool, int64, error) {
 	args := make([]any, 4, 9)
 	args[3] = ref.lockKey
 	if ref.fenced() {
@@ -291,7 +293,7 @@ func (s scriptStore) runConfirm(ctx context.Context, script luaScript, ref lockR
 	return false, 0, errBadReply
 }
 
-func (s scriptStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
+func (s redisStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
 	res, err := pttlLua.run(ctx, s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()
 	if err != nil || res == pttlNotHeld {
 		return 0, false, err

@@ -12,7 +12,7 @@ import (
 // lock, readers scored by their expiry and the writer and the waiting
 // writers' intents by minus theirs, the script that takes a hold and the
 // one that reads them all. Holds are renewed and given back by the
-// scripts of every sorted-set hold (holdstore.go).
+// scripts of every sorted-set hold (store_hold.go).
 
 // rwIntentLifeMS is how long a waiting writer's intent lives unless its
 // waiter renews it, as the acquire script takes it: as long as a queued
@@ -25,7 +25,7 @@ var noIntentMS any = int64(0)
 // acquireRW runs one attempt to take the hold ref names (its token is
 // the member, "r:" or "w:" and the token), with the TTL; a writer that
 // finds the lock taken leaves an intent when intent is set.
-func (s scriptStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error) {
+func (s redisStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error) {
 	life := noIntentMS
 	if intent {
 		life = rwIntentLifeMS
@@ -37,7 +37,7 @@ func (s scriptStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inte
 	return res, err
 }
 
-func (s scriptStore) rwHandles() holdStore { return setStore{s} }
+func (s redisStore) rwHandles() holdStore { return setStore{s} }
 
 // rawRW is what a store reads for RWMutex.Inspect.
 type rawRW struct {
@@ -48,7 +48,7 @@ type rawRW struct {
 	hasFence bool
 }
 
-func (s scriptStore) inspectRW(ctx context.Context, k Keys) (rawRW, error) {
+func (s redisStore) inspectRW(ctx context.Context, k Keys) (rawRW, error) {
 	res, err := rwInspectLua.run(ctx, s.client, []any{nil, nil, 2, k.Lock, k.Fence}).Slice()
 	if err != nil {
 		return rawRW{}, err

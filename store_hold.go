@@ -7,8 +7,8 @@ import (
 )
 
 // The store side of the holds kept in one sorted set per name (see
-// hold.go): a semaphore's permits (permitstore.go) and a read-write lock's
-// holds (rwstore.go). Each member is a hold, scored by its expiry in
+// hold.go): a semaphore's permits (store_semaphore.go) and a read-write lock's
+// holds (store_rwmutex.go). Each member is a hold, scored by its expiry in
 // server milliseconds, or by minus it for a read-write lock's writers; the
 // handle scripts serve both.
 
@@ -21,7 +21,7 @@ var errBadReply = errors.New("unexpected reply from a script")
 // permit's adds whether it was the caller's already: see
 // permit_acquire.lua), {0, ms until what stops the caller expires}, or
 // {-1} when the key holds another kind of hold (ErrWrongKind).
-func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
+func (s redisStore) acquireHold(ctx context.Context, script luaScript, ref lockRef, ttlMS, extra any) (acquireRes, error) {
 	return s.acquireHoldOn(ctx, s.client, script, ref, ttlMS, extra, "")
 }
 
@@ -29,7 +29,7 @@ func (s scriptStore) acquireHold(ctx context.Context, script luaScript, ref lock
 // queues the caller with it in ref.queue, its last key, when it cannot
 // take the hold, and reports which of peers hold one (see
 // permit_acquire.lua).
-func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string,
+func (s redisStore) acquireHoldOn(ctx context.Context, c processor, script luaScript, ref lockRef, ttlMS, extra any, entry string,
 	peers ...string) (acquireRes, error) {
 	args := make([]any, 4, 11+len(peers))
 	args[3] = ref.lockKey
@@ -92,8 +92,10 @@ func (s scriptStore) acquireHoldOn(ctx context.Context, c processor, script luaS
 }
 
 // setStore runs the operations of the handles of sorted-set holds: see
-// holdStore. A handle's ref.token is its member.
-type setStore struct{ s scriptStore }
+// holdStore. A handle's ref.token is its member. A permit is handed
+// over by its release (see permitHandles), and confirmed by the store's
+// confirmPermit.
+type setStore struct{ s redisStore }
 
 func (h setStore) release(ctx context.Context, ref lockRef) (bool, error) {
 	res, err := holdReleaseLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ref.channel, h.s.publish()}).Int64()
@@ -111,16 +113,6 @@ func (h setStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (
 	res, err := holdRefreshLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}).Int64()
 	return res == 1, err
 }
-
-// confirm is never called: these holds are not handed over (the
-// permits' handles, which are, override it).
-func (setStore) confirm(context.Context, lockRef, time.Duration) (bool, int64, error) {
-	return false, 0, errNotHandedOver
-}
-
-// errNotHandedOver marks a confirmation asked of a hold that is never
-// handed over.
-var errNotHandedOver = errors.New("this kind of hold is not handed over")
 
 func (h setStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
 	res, err := holdPTTLLua.run(ctx, h.s.client, []any{nil, nil, 1, ref.lockKey, ref.token}).Int64()

@@ -63,7 +63,7 @@ type nodeAnswer struct {
 }
 
 // ask asks master i, n, and keeps its answer.
-func (c *quorumCall) ask(i int, n scriptStore) {
+func (c *quorumCall) ask(i int, n redisStore) {
 	a := &c.answers[i]
 	if a.skip {
 		return
@@ -94,7 +94,7 @@ func (c *quorumCall) ask(i int, n scriptStore) {
 // at once) asks that master from a goroutine of its own, which the call
 // waits for; so does every call after close.
 type askers struct {
-	nodes []scriptStore
+	nodes []redisStore
 	// work[i] hands a call to master i's goroutine; work[0] is unused:
 	// the first master is asked from the caller's goroutine.
 	work  []chan *quorumCall
@@ -108,7 +108,7 @@ type askers struct {
 	done    sync.WaitGroup
 }
 
-func newAskers(nodes []scriptStore) *askers {
+func newAskers(nodes []redisStore) *askers {
 	a := &askers{nodes: nodes, work: make([]chan *quorumCall, len(nodes)), stop: make(chan struct{})}
 	for i := range a.work {
 		a.work[i] = make(chan *quorumCall)

@@ -127,7 +127,7 @@ func (l *Locker) Check(ctx context.Context) error {
 	return nil
 }
 
-func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
+func (s redisStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
 	sub := "subscribe"
 	if s.sharded() {
 		sub = "ssubscribe"
@@ -140,29 +140,4 @@ func (s scriptStore) check(ctx context.Context, k Keys, n need) ([]string, error
 		return []string{fmt.Sprintf("scripts over %q and its companions (%v)", k.Lock, err)}, nil
 	}
 	return res, err
-}
-
-// check asks every master, each for at most maxNodeWait, as an attempt
-// does. The answer of a majority stands: a master that did not answer
-// (down, say) is not asked again on every call until it does.
-func (q quorumStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
-	c := q.helpers.get(askCheck)
-	defer q.helpers.put(c)
-	c.keys, c.need = k, n
-	q.each(ctx, maxNodeWait, c)
-	var refused []string
-	failed := 0
-	for i, a := range c.answers {
-		if a.err != nil {
-			failed++
-			continue
-		}
-		for _, what := range a.refused {
-			refused = append(refused, fmt.Sprintf("%s on master %d", what, i))
-		}
-	}
-	if failed >= q.majority() {
-		return nil, q.quorumError(c)
-	}
-	return refused, nil
 }

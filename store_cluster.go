@@ -44,17 +44,27 @@ func (t topology) master(ctx context.Context, key string) (redis.UniversalClient
 	return master, nil
 }
 
-// queueClient returns the client for scripts that name a lock's handoff
-// queue: s.client, or on Redis Cluster the client of the master that owns
-// key's slot. The cluster client must not send them: while a slot
-// migrates, a script naming a key that does not exist (the queue mostly
-// does not) is refused with TRYAGAIN, which the cluster client retries on
-// other nodes and then marks the master as failing. The master's own
-// client returns the refusal, or a redirection once the slot has moved,
-// and the caller falls back to a script over the lock key alone, which
-// the cluster client sends wherever the key is (see clusterRefused).
-func (s scriptStore) queueClient(ctx context.Context, key string) (redis.UniversalClient, error) {
-	return s.master(ctx, key)
+// viaMaster runs send, a script that names a lock's handoff queue, with
+// the client of the master that owns key's slot on Redis Cluster (s.client
+// elsewhere); when the cluster refuses it (see clusterRefused), it runs
+// alone instead, the same step over the lock key alone, without the queue.
+// The cluster client must not send such scripts: while a slot migrates, a
+// script naming a key that does not exist (the queue mostly does not) is
+// refused with TRYAGAIN, which the cluster client retries on other nodes
+// and then marks the master as failing. The master's own client returns
+// the refusal, or a redirection once the slot has moved, and alone, sent
+// through the cluster client, follows the lock key wherever it is.
+func viaMaster[T any](ctx context.Context, s redisStore, key string,
+	send func(c redis.UniversalClient) (T, error), alone func() (T, error)) (T, error) {
+	c, err := s.master(ctx, key)
+	var res T
+	if err == nil {
+		res, err = send(c)
+	}
+	if s.sharded() && clusterRefused(err) {
+		return alone()
+	}
+	return res, err
 }
 
 // errNoMaster marks a failure to find the master of a slot.

@@ -13,7 +13,7 @@ import (
 // The store side of semaphores (see semaphore.go): one sorted set per
 // semaphore, its permits' tokens scored by their expiry, the script that
 // takes one and the one that reads them all. Permits are renewed and
-// given back by the scripts of every sorted-set hold (holdstore.go).
+// given back by the scripts of every sorted-set hold (store_hold.go).
 
 // permitReq is one attempt to take a permit: add token to the semaphore
 // with the TTL if fewer than limit unexpired permits are held (or one of
@@ -31,7 +31,7 @@ type permitReq struct {
 	peers []string
 }
 
-func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
+func (s redisStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
 	var (
 		res acquireRes
 		err error
@@ -50,26 +50,21 @@ func (s scriptStore) acquirePermit(ctx context.Context, req permitReq) (acquireR
 // acquirePermitQueued is acquirePermit for a caller that waits: the
 // script names the handoff queue, so, as for a lock, it goes to the
 // slot's master through its own client on Redis Cluster, and an attempt
-// the cluster refuses is sent again without queueing (see queueClient).
-func (s scriptStore) acquirePermitQueued(ctx context.Context, req permitReq) (acquireRes, error) {
-	entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
-	c, err := s.queueClient(ctx, req.key)
-	var res acquireRes
-	if err == nil {
-		res, err = s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry, req.peers...)
-	}
-	if s.sharded() && clusterRefused(err) {
+// the cluster refuses is sent again without queueing (see viaMaster).
+func (s redisStore) acquirePermitQueued(ctx context.Context, req permitReq) (acquireRes, error) {
+	return viaMaster(ctx, s, req.key, func(c redis.UniversalClient) (acquireRes, error) {
+		entry := queueEntry(req.ttlMS.(int64), req.fenced(), req.token.(string))
+		return s.acquireHoldOn(ctx, c, permitAcquireLua, req.lockRef, req.ttlMS, req.limit, entry, req.peers...)
+	}, func() (acquireRes, error) {
 		return s.acquireHold(ctx, permitAcquireLua, req.lockRef, req.ttlMS, req.limit)
-	}
-	return res, err
+	})
 }
 
-func (s scriptStore) permits() holdStore { return permitHandles{setStore{s}} }
+func (s redisStore) permits() holdStore { return permitHandles{setStore{s}} }
 
 // permitHandles runs the operations of permits' handles: those of every
 // sorted-set hold, but a release hands the permit to the first waiter
-// queued for one, and a handed permit is confirmed with a fencing token
-// of its own.
+// queued for one (which confirms it with confirmPermit).
 type permitHandles struct{ setStore }
 
 func (h permitHandles) release(ctx context.Context, ref lockRef) (bool, error) {
@@ -108,19 +103,16 @@ func (h permitHandles) releasePermit(ctx context.Context, ref lockRef, entry any
 	if entry != nil {
 		args = append(args, entry)
 	}
-	c, err := s.queueClient(ctx, ref.key)
-	var res int64
-	if err == nil {
-		res, err = permitReleaseLua.run(ctx, c, args).Int64()
-	}
-	if s.sharded() && clusterRefused(err) {
+	return viaMaster(ctx, s, ref.key, func(c redis.UniversalClient) (bool, error) {
+		res, err := permitReleaseLua.run(ctx, c, args).Int64()
+		return res == 1, err
+	}, func() (bool, error) {
 		return h.setStore.release(ctx, ref)
-	}
-	return res == 1, err
+	})
 }
 
-func (h permitHandles) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
-	return h.s.runConfirm(ctx, permitConfirmLua, ref, ttl)
+func (s redisStore) confirmPermit(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
+	return s.runConfirm(ctx, permitConfirmLua, ref, ttl)
 }
 
 // rawPermits is what a store reads for Semaphore.Inspect.
@@ -134,7 +126,7 @@ type rawPermits struct {
 	listening int64
 }
 
-func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, error) {
+func (s redisStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, error) {
 	res, err := permitInspectLua.run(ctx, s.client, []any{nil, nil, 3, k.Lock, k.Fence, k.Queue}).Slice()
 	if err != nil {
 		return rawPermits{}, err
@@ -168,7 +160,7 @@ func (s scriptStore) inspectPermits(ctx context.Context, k Keys) (rawPermits, er
 
 // listening counts the connections subscribed to channel: on Redis
 // Cluster, with sharded pub/sub, as the master of its slot counts them.
-func (s scriptStore) listening(ctx context.Context, channel string) (int64, error) {
+func (s redisStore) listening(ctx context.Context, channel string) (int64, error) {
 	if !s.sharded() {
 		n, err := s.client.PubSubNumSub(ctx, channel).Result()
 		return listeners(n, channel, err)
