@@ -202,12 +202,6 @@ func (l *Locker) allows(u usage, key string) error {
 	return l.store.allows(u)
 }
 
-// queues reports whether waiters with cfg are queued for handoffs (see
-// handoff.go): not on a quorum, or with WithReplicas.
-func (l *Locker) queues(cfg *config) bool {
-	return l.store.queues() && cfg.replicas == 0
-}
-
 // WithLock obtains the lock on key (following the options, retry strategy
 // included), runs fn with a lease context that renews the lock in the
 // background, and releases the lock when fn returns or panics. A panic is
@@ -269,7 +263,7 @@ func (l *Locker) withLockChecked(ctx context.Context, key string, fn func(ctx co
 // matching ErrNotHeld.
 func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(ctx context.Context) error,
 	finish func(ctx context.Context, lk *Lock) error) (failed bool, err error) {
-	lk, err := l.obtain(ctx, key, cfg)
+	lk, err := l.acquire(ctx, key, cfg, lockKind{})
 	if err != nil {
 		return false, err
 	}

@@ -12,7 +12,7 @@ import (
 // serves: lock_* a lock (and an election's term, which is one), permit_* a
 // semaphore's permit, rw_* a read-write lock's hold, hold_* the handle of
 // either of those two (both are members of one sorted set per name: see
-// hold.go), election_* an election, once_* Once, acl_probe.lua the check
+// holdstore.go), election_* an election, once_* Once, acl_probe.lua the check
 // of the connected user's permissions (permissions.go). The table below
 // lists, for each script, its preludes, in order, then its own file.
 //
