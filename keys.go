@@ -1,32 +1,12 @@
 package locksmith
 
-import (
-	"fmt"
-
-	"github.com/locksmith-go/locksmith/internal/keyslot"
-)
+import "github.com/locksmith-go/locksmith/internal/keyslot"
 
 // The key layout (the names of a lock's companions, and the cluster slot
 // rules that keep them beside it) is internal/keyslot's; this file holds
-// its public face, Locker.Keys, and the checks that give its refusals the
-// error class ErrInvalidArgument.
-
-// checkKey reports whether key may name a lock: see keyslot.CheckKey.
-func checkKey(key string) error {
-	if err := keyslot.CheckKey(key); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	return nil
-}
-
-// checkPrefix reports whether prefix may prefix lock keys: see
-// keyslot.CheckPrefix.
-func checkPrefix(prefix string) error {
-	if err := keyslot.CheckPrefix(prefix); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	return nil
-}
+// its public face, Locker.Keys. (The checks that give its refusals the
+// error class ErrInvalidArgument are with the other arguments' checks, in
+// options.go.)
 
 // Keys are the names in Redis of one lock and of what locksmith keeps
 // beside it, as Locker.Keys returns them: for an operator's ACL rules,
