@@ -17,7 +17,7 @@ import (
 // One attempt of an acquisition, and cleaning up after it: what acquire.go
 // repeats until it wins, and what each kind of hold supplies to it.
 
-// A kind is what one primitive acquires: a lock (obtain.go), an
+// A kind is what one primitive acquires: a lock (lockKind, below), an
 // election's term (election.go), a permit of a semaphore (semaphore.go),
 // a read or a write hold of a read-write lock (rwmutex.go). Each is
 // acquired, waited for and held the same way, through a *Lock handle
@@ -56,6 +56,37 @@ type kind interface {
 	// busy is the error of a caller that found the hold taken and did not
 	// wait, or whose strategy gave up.
 	busy(key string) error
+}
+
+// lockKind is a lock's kind: held by one owner at a time, handed over to
+// a queued waiter on release.
+type lockKind struct{}
+
+func (lockKind) hold() Hold   { return HoldLock }
+func (lockKind) needs() need  { return needLock }
+func (lockKind) shares() bool { return false }
+
+func (lockKind) handle(st store, lk *Lock) {
+	lk.store = st
+	if st.queues() && lk.cfg.fencing {
+		lk.ref.fence = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Fence)
+	}
+}
+
+func (lockKind) take(ctx context.Context, st store, lk *Lock, mode acquireMode, queue bool, _ []string) (acquireRes, error) {
+	cfg := &lk.cfg
+	return st.acquire(ctx, acquireReq{lockRef: lk.ref, ttl: cfg.ttl, ttlMS: cfg.ttlMS, replicas: cfg.replicas,
+		replicaWait: cfg.replicaWait, mode: mode, queue: queue})
+}
+
+// queues: quorums and locks that wait for replicas are not queued (see
+// handoff.go).
+func (lockKind) queues(st store, replicas int) bool { return st.queues() && replicas == 0 }
+func (lockKind) handsOver(st store) bool            { return st.queues() }
+func (lockKind) busy(key string) error              { return heldElsewhere(key) }
+
+func heldElsewhere(key string) error {
+	return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
 }
 
 // An acquisition is one call's attempts to acquire a hold of kind on key
