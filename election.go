@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
@@ -100,13 +101,18 @@ func (l *Locker) electionConfig(name string, opts []Option) (config, error) {
 	return cfg, nil
 }
 
-// hold is what a lock obtained with c is, for observers: a term of an
-// election, or a lock.
-func (c *config) hold() Hold {
-	if c.election {
-		return HoldTerm
+// termKind is an election's term: a lock whose token carries the
+// candidate's value (see newToken), and whose fence names the leader.
+type termKind struct{ lockKind }
+
+func (termKind) hold() Hold  { return HoldTerm }
+func (termKind) needs() need { return needLock | needElection }
+
+func (termKind) handle(st stores, lk *Lock) {
+	lockKind{}.handle(st, lk)
+	if st.core.queues() && lk.cfg.fencing {
+		lk.ref.leader = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Leader)
 	}
-	return HoldLock
 }
 
 // Name returns the election's name, without the prefix.
@@ -162,7 +168,7 @@ func (e *Election) campaign(ctx, sctx context.Context, value string) (*Term, tri
 	}
 	cfg := e.cfg
 	cfg.value = value
-	lk, tr, err := e.l.obtainObserved(sctx, e.name, &cfg)
+	lk, tr, err := e.l.acquireObserved(sctx, e.name, &cfg, termKind{})
 	if err != nil {
 		return nil, tr, err
 	}

@@ -1,6 +1,10 @@
 package locksmith
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Every error the package returns wraps at most a few of
 // these; match them with errors.Is, never with ==.
@@ -57,3 +61,13 @@ var (
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("locksmith: invalid argument")
 )
+
+// notObtained is the error of a call for key that gave up when ctx ended.
+func notObtained(ctx context.Context, key string) error {
+	return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, ctx.Err())
+}
+
+// closedErr is the error of a waiter of key whose Locker was closed.
+func closedErr(key string) error {
+	return fmt.Errorf("%w: obtaining %q", ErrClosed, key)
+}

@@ -20,7 +20,7 @@ import (
 // round trip, instead of a release, an announcement and then an attempt
 // by every Locker that waits. A release that finds no live entry deletes
 // the key and announces that, as before, and the waiters try as described
-// in wait.go.
+// in acquire.go.
 //
 // Each Locker queues the head of its own queue for a key (and any waiter
 // whose first attempt raced with others of the same Locker), so the
@@ -57,7 +57,7 @@ import (
 // Quorums and locks that wait for replicas (WithReplicas) are not queued:
 // a handoff could neither reach a majority in one step nor wait for the
 // replicas. Their waiters are woken by the announcement of a plain release
-// and try, as wait.go describes.
+// and try, as acquire.go describes.
 
 // queueEntryLife is how long a handoff queue entry lives unless renewed,
 // as the notifier, which renews it, counts it (see notify.QueueEntryLife).

@@ -8,15 +8,6 @@ import (
 	"time"
 )
 
-type lockContextKey struct{}
-
-// LockFromContext returns the lock whose lease ctx is (or derives from), as
-// passed by WithLock to its function, or nil when ctx carries no lock.
-func LockFromContext(ctx context.Context) *Lock {
-	lk, _ := ctx.Value(lockContextKey{}).(*Lock)
-	return lk
-}
-
 // leaseState is the part of a Lock that exists once Lease has been called.
 // Its fields are guarded by the Lock's mu.
 type leaseState struct {
@@ -221,6 +212,54 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 			timer.Reset(max(lk.renewInterval()/4, time.Millisecond))
 		}
 	}
+}
+
+// refresh resets the lock's TTL to ttl, with drift the allowance for it,
+// as Refresh describes: for Refresh, and for each renewal.
+func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
+	if err := lk.heldLocally(); err != nil {
+		return err
+	}
+	start := time.Now()
+	ok, err := lk.store.refresh(ctx, lk.ref, ttl)
+	if err != nil {
+		return fmt.Errorf("locksmith: refresh %q: %w", lk.key, err)
+	}
+	if !ok {
+		return lk.notHeld()
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.lost != nil {
+		// The validity ran out while the refresh was in flight; the lease
+		// has already told its users, so the handle stays lost.
+		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
+	}
+	lk.deadline = start.Add(ttl - drift)
+	if ttl != lk.ttl {
+		lk.ttl = ttl
+		lk.rescheduleLocked()
+	}
+	return nil
+}
+
+// heldLocally returns an error matching ErrNotHeld when the handle itself
+// knows the lock is gone, so that no command needs to be sent.
+func (lk *Lock) heldLocally() error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	switch {
+	case lk.released:
+		return fmt.Errorf("%w: %q was released", ErrNotHeld, lk.key)
+	case lk.lost != nil:
+		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
+	}
+	return nil
+}
+
+// notHeld is the error of a call that found the lock gone in Redis.
+func (lk *Lock) notHeld() error {
+	return fmt.Errorf("%w: %q expired or is held by another owner", ErrNotHeld, lk.key)
 }
 
 // renewOnce refreshes the lock to its current TTL, giving up at the

@@ -38,6 +38,15 @@ type Lock struct {
 	lease    *leaseState   // nil until the first Lease call
 }
 
+type lockContextKey struct{}
+
+// LockFromContext returns the lock whose lease ctx is (or derives from), as
+// passed by WithLock to its function, or nil when ctx carries no lock.
+func LockFromContext(ctx context.Context) *Lock {
+	lk, _ := ctx.Value(lockContextKey{}).(*Lock)
+	return lk
+}
+
 // Key returns the key as given to Obtain, without the prefix.
 func (lk *Lock) Key() string { return lk.key }
 
@@ -110,33 +119,6 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	return lk.refresh(ctx, ttl, drift)
 }
 
-func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
-	if err := lk.heldLocally(); err != nil {
-		return err
-	}
-	start := time.Now()
-	ok, err := lk.store.refresh(ctx, lk.ref, ttl)
-	if err != nil {
-		return fmt.Errorf("locksmith: refresh %q: %w", lk.key, err)
-	}
-	if !ok {
-		return lk.notHeld()
-	}
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if lk.lost != nil {
-		// The validity ran out while the refresh was in flight; the lease
-		// has already told its users, so the handle stays lost.
-		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
-	}
-	lk.deadline = start.Add(ttl - drift)
-	if ttl != lk.ttl {
-		lk.ttl = ttl
-		lk.rescheduleLocked()
-	}
-	return nil
-}
-
 // Release deletes the lock if this handle still holds it, after stopping
 // and waiting for any lease renewal. Lease contexts are cancelled once the
 // lock is released.
@@ -192,24 +174,6 @@ func (lk *Lock) isReleased() bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	return lk.released
-}
-
-// heldLocally returns an error matching ErrNotHeld when the handle itself
-// knows the lock is gone, so that no command needs to be sent.
-func (lk *Lock) heldLocally() error {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	switch {
-	case lk.released:
-		return fmt.Errorf("%w: %q was released", ErrNotHeld, lk.key)
-	case lk.lost != nil:
-		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
-	}
-	return nil
-}
-
-func (lk *Lock) notHeld() error {
-	return fmt.Errorf("%w: %q expired or is held by another owner", ErrNotHeld, lk.key)
 }
 
 // lostCause returns why the lock was lost, or nil.

@@ -207,10 +207,50 @@ func (l *Locker) allows(u usage, key string) error {
 	return l.store.allows(u)
 }
 
-// queues reports whether waiters with cfg are queued for handoffs (see
-// handoff.go): not on a quorum, or with WithReplicas.
-func (l *Locker) queues(cfg *config) bool {
-	return l.store.queues() && cfg.replicas == 0
+// Obtain acquires the lock on key, stored in Redis at prefix+key with the
+// TTL from the options, and returns a handle to it.
+//
+// When someone else holds the lock, Obtain follows the retry strategy: with
+// the default, NoRetry, it returns an error matching ErrNotObtained at once;
+// otherwise it waits and tries again until it wins, the strategy gives up
+// (ErrNotObtained), or ctx ends (an error matching both ErrNotObtained and
+// ctx.Err()), also when ctx ends while a request is in flight. It never
+// waits longer than the holder's remaining TTL before the next attempt. A
+// waiter is woken by the announcement of a release; a release that is not
+// announced (another client's compare-and-delete or DEL, an expired key)
+// is noticed within one of the strategy's delays and a round trip, for
+// which the first waiter of each Locker and key tries once per delay.
+//
+// The first call of a Locker (and its first call that needs more, such as
+// a first WithFencing) asks Redis, in one extra round trip, whether the
+// user may run everything the call needs; if not, it returns an error
+// matching ErrNoPermission before anything is written (see Check).
+//
+// Any other failure, such as Redis being unreachable or answering an error,
+// is returned wrapped and does not match ErrNotObtained: the caller cannot
+// tell whether someone holds the lock and should not proceed as if it did.
+// If the reply to the acquire arrives after the lock's validity (TTL less
+// the drift allowance) has run out, Obtain deletes the lock and returns an
+// error matching ErrLockLost.
+//
+// Obtain leaves no lock behind when it fails: if the acquire may have
+// reached Redis (a timeout, a dropped connection, ctx cancelled mid-call,
+// a script refused after its write), it deletes the lock, if it is still
+// its own, in a best-effort call bounded in time (at most 5s), which can
+// make Obtain return that much later.
+//
+// ctx bounds the wait between attempts. Whether it also cuts short a
+// command in flight is up to the client: go-redis applies a context's
+// deadline to the socket only with Options.ContextTimeoutEnabled, and
+// otherwise waits out its own read and write timeouts (3s by default).
+// Enable it, or set short timeouts, where Obtain must return on time.
+func (l *Locker) Obtain(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	cfg, err := l.callConfig(key, opts)
+	if err != nil {
+		l.refused(ctx, key, opts, HoldLock, err)
+		return nil, err
+	}
+	return l.acquire(ctx, key, &cfg, lockKind{})
 }
 
 // WithLock obtains the lock on key (following the options, retry strategy
@@ -274,7 +314,7 @@ func (l *Locker) withLockChecked(ctx context.Context, key string, fn func(ctx co
 // matching ErrNotHeld.
 func (l *Locker) withLock(ctx context.Context, key string, cfg *config, fn func(ctx context.Context) error,
 	finish func(ctx context.Context, lk *Lock) error) (failed bool, err error) {
-	lk, err := l.obtain(ctx, key, cfg)
+	lk, err := l.acquire(ctx, key, cfg, lockKind{})
 	if err != nil {
 		return false, err
 	}

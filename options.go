@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 // DefaultTTL is the lock TTL used when no WithTTL option is given. It bounds
@@ -235,6 +237,23 @@ func (c *config) driftFor(ttl time.Duration) time.Duration {
 		return c.drift
 	}
 	return min(ttl/100+2*time.Millisecond, ttl/2)
+}
+
+// checkKey reports whether key may name a lock: see keyslot.CheckKey.
+func checkKey(key string) error {
+	if err := keyslot.CheckKey(key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// checkPrefix reports whether prefix may prefix lock keys: see
+// keyslot.CheckPrefix.
+func checkPrefix(prefix string) error {
+	if err := keyslot.CheckPrefix(prefix); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return nil
 }
 
 // checkTTL validates a TTL given by the caller. Redis counts TTLs in whole

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 // An RWMutex is a read-write lock shared by every process that uses the
@@ -88,43 +90,43 @@ func (m *RWMutex) WithWriteLock(ctx context.Context, fn func(ctx context.Context
 	return m.with(ctx, fn, opts, writeKind{})
 }
 
-func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) error {
+func (m *RWMutex) with(ctx context.Context, fn func(ctx context.Context) error, opts []Option, k kind) error {
 	if m != nil && m.l.tracing() {
-		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: kind.hold()},
-			func(ctx context.Context) (bool, error) { return m.withHold(ctx, fn, opts, kind) })
+		return m.l.traced(ctx, Call{Op: OpWithLock, Key: m.key, Prefix: m.l.prefixOf(opts), Hold: k.hold()},
+			func(ctx context.Context) (bool, error) { return m.withHold(ctx, fn, opts, k) })
 	}
-	_, err := m.withHold(ctx, fn, opts, kind)
+	_, err := m.withHold(ctx, fn, opts, k)
 	return err
 }
 
 // withHold is with, once traced.
-func (m *RWMutex) withHold(ctx context.Context, fn func(ctx context.Context) error, opts []Option, kind holdKind) (failed bool, err error) {
+func (m *RWMutex) withHold(ctx context.Context, fn func(ctx context.Context) error, opts []Option, k kind) (failed bool, err error) {
 	if fn == nil {
 		err := fmt.Errorf("%w: nil function", ErrInvalidArgument)
-		m.refused(ctx, opts, kind, err)
+		m.refused(ctx, opts, k, err)
 		return false, err
 	}
-	lk, err := m.obtain(ctx, opts, kind)
+	lk, err := m.obtain(ctx, opts, k)
 	if err != nil {
 		return false, err
 	}
 	return runHeld(ctx, lk, fn, nil)
 }
 
-func (m *RWMutex) obtain(ctx context.Context, opts []Option, kind holdKind) (*Lock, error) {
+func (m *RWMutex) obtain(ctx context.Context, opts []Option, k kind) (*Lock, error) {
 	cfg, err := m.config(opts)
 	if err != nil {
-		m.refused(ctx, opts, kind, err)
+		m.refused(ctx, opts, k, err)
 		return nil, err
 	}
-	return m.l.acquireHold(ctx, newHoldAttempts(m.l, m.key, &cfg, kind))
+	return m.l.acquire(ctx, m.key, &cfg, k)
 }
 
 // refused reports a call on m refused for its arguments (see
 // Locker.refused).
-func (m *RWMutex) refused(ctx context.Context, opts []Option, kind holdKind, err error) {
+func (m *RWMutex) refused(ctx context.Context, opts []Option, k kind, err error) {
 	if m != nil && m.l != nil {
-		m.l.refused(ctx, m.key, opts, kind.hold(), err)
+		m.l.refused(ctx, m.key, opts, k.hold(), err)
 	}
 }
 
@@ -136,41 +138,52 @@ func (m *RWMutex) config(opts []Option) (config, error) {
 	return m.l.callConfigFor(m.key, opts, callRW)
 }
 
-// readKind and writeKind are the holds of a read-write lock: see
-// holdKind.
+// readKind and writeKind are the holds of a read-write lock: shared by
+// readers, or held by one writer; never handed over.
 type (
 	readKind  struct{}
 	writeKind struct{}
 )
 
-func (readKind) take(ctx context.Context, st extras, ref lockRef, cfg *config, _ bool, _ []string) (acquireRes, error) {
-	return st.acquireRW(ctx, ref, cfg.ttlMS, false)
+func (readKind) hold() Hold                 { return HoldRead }
+func (readKind) needs() need                { return needRW }
+func (readKind) shares() bool               { return true }
+func (readKind) handle(st stores, lk *Lock) { rwHandle(st, lk, "r:") }
+func (readKind) take(ctx context.Context, st stores, lk *Lock, _ acquireMode, _ bool, _ []string) (acquireRes, error) {
+	return st.extras.acquireRW(ctx, lk.ref, lk.cfg.ttlMS, false)
 }
-func (readKind) handles(st extras) holdStore { return st.rwHandles() }
-func (readKind) member(token string) string  { return "r:" + token }
-func (readKind) needs(cfg *config) need      { return needRW | fenceNeed(cfg) }
-func (readKind) queued() bool                { return false }
-func (readKind) handsOver() bool             { return false }
-func (readKind) hold() Hold                  { return HoldRead }
+func (readKind) queues(stores, int) bool { return false }
+func (readKind) handoff(stores) handoff  { return nil }
 func (readKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held or awaited by a writer", ErrNotObtained, key)
 }
 
-// take leaves an intent, which stops new readers, only for a writer that
-// waits.
-func (writeKind) take(ctx context.Context, st extras, ref lockRef, cfg *config, waiting bool, _ []string) (acquireRes, error) {
-	return st.acquireRW(ctx, ref, cfg.ttlMS, waiting)
-}
-func (writeKind) handles(st extras) holdStore { return st.rwHandles() }
-func (writeKind) member(token string) string  { return "w:" + token }
-func (writeKind) needs(cfg *config) need      { return needRW | fenceNeed(cfg) }
-func (writeKind) hold() Hold                  { return HoldWrite }
+func (writeKind) hold() Hold                 { return HoldWrite }
+func (writeKind) needs() need                { return needRW }
+func (writeKind) shares() bool               { return true }
+func (writeKind) handle(st stores, lk *Lock) { rwHandle(st, lk, "w:") }
 
-// queued: a waiting writer's intent lapses unless its attempts renew it.
-func (writeKind) queued() bool    { return true }
-func (writeKind) handsOver() bool { return false }
+// take leaves an intent, which stops new readers, only for a writer that
+// waits (queue).
+func (writeKind) take(ctx context.Context, st stores, lk *Lock, _ acquireMode, queue bool, _ []string) (acquireRes, error) {
+	return st.extras.acquireRW(ctx, lk.ref, lk.cfg.ttlMS, queue)
+}
+
+// queues: a waiting writer's intent lapses unless its attempts renew it.
+func (writeKind) queues(stores, int) bool { return true }
+func (writeKind) handoff(stores) handoff  { return nil }
 func (writeKind) busy(key string) error {
 	return fmt.Errorf("%w: %q is held by readers or another writer", ErrNotObtained, key)
+}
+
+// rwHandle completes lk, the handle of a read or write hold, whose member
+// of the lock's hash is its token after role ("r:" or "w:").
+func rwHandle(st stores, lk *Lock, role string) {
+	lk.store = st.extras.rwHandles()
+	lk.ref.token = role + lk.token
+	if lk.cfg.fencing {
+		lk.ref.fence = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Fence)
+	}
 }
 
 // An RWStatus is what Redis holds for one read-write lock, as

@@ -12,7 +12,7 @@ import (
 // serves: lock_* a lock (and an election's term, which is one), permit_* a
 // semaphore's permit, rw_* a read-write lock's hold, hold_* the handle of
 // either of those two (both are members of one sorted set per name: see
-// hold.go), election_* an election, once_* Once, acl_probe.lua the check
+// store_hold.go), election_* an election, once_* Once, acl_probe.lua the check
 // of the connected user's permissions (acl.go). The table below
 // lists, for each script, its preludes, in order, then its own file.
 //
@@ -25,9 +25,9 @@ import (
 // permit_release.lua). lib_fence.lua defines take_fence, the issuing of a
 // fencing token, for every script that takes one.
 //
-// Each script touches the lock key and its companion keys (see keys.go),
-// all passed in KEYS and all in one cluster slot, so it runs on Redis
-// Cluster too. Each file's header states its KEYS, ARGV and reply, and
+// Each script touches the lock key and its companion keys (see Keys, in
+// inspect.go), all passed in KEYS and all in one cluster slot, so it runs
+// on Redis Cluster too. Each file's header states its KEYS, ARGV and reply, and
 // what it runs before its first write: Redis does not undo a script that
 // fails halfway, so what can be refused (TIME, the reads of companion
 // keys) comes first.

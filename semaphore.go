@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
 
 // A Semaphore lets at most a fixed number of holders hold one of its
@@ -139,29 +141,38 @@ func (s *Semaphore) refused(ctx context.Context, opts []Option, err error) {
 }
 
 func (s *Semaphore) acquire(ctx context.Context, cfg *config) (*Lock, error) {
-	return s.l.acquireHold(ctx, newHoldAttempts(s.l, s.key, cfg, permitKind{s.limit}))
+	return s.l.acquire(ctx, s.key, cfg, permitKind{s.limit})
 }
 
-// permitKind is a permit of a semaphore with a limit: see holdKind.
+// permitKind is a permit of a semaphore with a limit: one of limit holds
+// of its key, handed over to a queued waiter on release.
 type permitKind struct{ limit int }
 
-func (k permitKind) take(ctx context.Context, st extras, ref lockRef, cfg *config, waiting bool, peers []string) (acquireRes, error) {
-	return st.acquirePermit(ctx, permitReq{lockRef: ref, ttlMS: cfg.ttlMS, limit: k.limit, queue: waiting, peers: peers})
+func (permitKind) hold() Hold   { return HoldPermit }
+func (permitKind) needs() need  { return needSemaphore }
+func (permitKind) shares() bool { return true }
+
+func (permitKind) handle(st stores, lk *Lock) {
+	lk.store = st.extras.permits()
+	if lk.cfg.fencing {
+		lk.ref.fence = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Fence)
+	}
 }
 
-func (permitKind) handles(st extras) holdStore { return st.permits() }
+func (k permitKind) take(ctx context.Context, st stores, lk *Lock, _ acquireMode, queue bool, peers []string) (acquireRes, error) {
+	return st.extras.acquirePermit(ctx, permitReq{lockRef: lk.ref, ttlMS: lk.cfg.ttlMS, limit: k.limit, queue: queue, peers: peers})
+}
 
-func (permitKind) member(token string) string { return token }
-
-func (permitKind) needs(cfg *config) need { return needSemaphore | fenceNeed(cfg) }
-
-// queued: a waiter's entry in the handoff queue lapses unless its
+// queues: a waiter's entry in the handoff queue lapses unless its
 // attempts renew it.
-func (permitKind) queued() bool { return true }
+func (permitKind) queues(stores, int) bool { return true }
 
-func (permitKind) handsOver() bool { return true }
-
-func (permitKind) hold() Hold { return HoldPermit }
+func (permitKind) handoff(st stores) handoff {
+	if !st.core.queues() {
+		return nil
+	}
+	return permitHandoff{}
+}
 
 func (k permitKind) busy(key string) error {
 	return fmt.Errorf("%w: all %d permits of semaphore %q are held", ErrNotObtained, k.limit, key)

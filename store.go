@@ -68,8 +68,11 @@ type store interface {
 // reach it.
 type extras interface {
 	// confirm and confirmPermit confirm a lock and a permit handed to a
-	// queued waiter (see confirmFunc): only a store that queues waiters
-	// hands holds over.
+	// queued waiter (see the handoff of its kind, in attempt.go): they
+	// reset the TTL of the hold of ref's token, if it is held, and return
+	// the fencing token it is held with (see lock_confirm.lua and
+	// permit_confirm.lua); ok is false when it is not held. Only a store
+	// that queues waiters hands holds over.
 	confirm(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 	confirmPermit(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 	// acquirePermit runs one attempt to take a permit of a semaphore, as
@@ -116,14 +119,6 @@ type holdStore interface {
 	// pttl returns the lock's remaining TTL if it holds the token.
 	pttl(ctx context.Context, ref lockRef) (ttl time.Duration, held bool, err error)
 }
-
-// confirmFunc confirms a hold that a release handed over (see
-// Locker.claimHandoff): it resets the TTL of the lock (or permit) handed
-// to ref's token, if it holds the token, and returns the fencing token it
-// holds it with (see lock_confirm.lua and permit_confirm.lua); ok is false
-// when it does not hold the token. It is extras.confirm or
-// extras.confirmPermit.
-type confirmFunc func(ctx context.Context, ref lockRef, ttl time.Duration) (ok bool, fence int64, err error)
 
 // usage is what a call asks of a store, for store.allows: a value, so
 // that asking does not make the call's config escape.

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// The store side of the holds kept in one sorted set per name (see
-// hold.go): a semaphore's permits (store_semaphore.go) and a read-write lock's
-// holds (store_rwmutex.go). Each member is a hold, scored by its expiry in
+// The store side of the holds kept in one sorted set per name: a
+// semaphore's permits (store_semaphore.go) and a read-write lock's holds
+// (store_rwmutex.go). Each member is a hold, scored by its expiry in
 // server milliseconds, or by minus it for a read-write lock's writers; the
 // handle scripts serve both.
 

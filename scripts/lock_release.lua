@@ -1,6 +1,6 @@
 -- Release the lock if the caller holds it: hand it straight to the first
 -- live entry of its handoff queue, or delete it; and announce which, in
--- the same step (see wait.go: a Locker hears the announcement in
+-- the same step (see acquire.go: a Locker hears the announcement in
 -- internal/notify/subscriber.go and acts on it in announce.go there).
 -- KEYS[1]: the lock key. KEYS[2], optional: the handoff queue. KEYS[3],
 -- optional: the fence counter. KEYS[4], optional: an election's

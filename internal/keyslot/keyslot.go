@@ -41,7 +41,7 @@ const (
 	Queue    Kind = "queue"    // the handoff queue: see locksmith's handoff.go
 	Fence    Kind = "fence"    // the fence counter: see locksmith.WithFencing
 	Done     Kind = "done"     // the completion record: see locksmith.Once
-	Released Kind = "released" // the release channel: see locksmith's wait.go
+	Released Kind = "released" // the release channel: see locksmith's acquire.go
 	Leader   Kind = "leader"   // an election leader's proclaimed value: see locksmith.Term.Proclaim
 )
 

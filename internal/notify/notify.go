@@ -2,7 +2,7 @@
 // it hears release announcements, the goroutines that read them, and the
 // per-key FIFO queues of its waiters that the announcements wake. The
 // wait loop that drives a waiter through its queue, and the handoffs and
-// attempts themselves, belong to the root package (see its wait.go and
+// attempts themselves, belong to the root package (see its acquire.go and
 // handoff.go); this package only says who tries when, and what was heard.
 //
 // A Notifier is safe for concurrent use. It does no network I/O under its

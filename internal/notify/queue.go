@@ -9,7 +9,7 @@ import (
 )
 
 // The queue of a Locker's waiters for one key: who tries, when, and what
-// an attempt or a handoff changes (see the root package's wait.go for the
+// an attempt or a handoff changes (see the root package's acquire.go for the
 // whole story).
 
 // keyQueue is the state of one key's waiters in one Locker.

@@ -2,11 +2,111 @@ package locksmith
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/locksmith-go/locksmith/internal/keyslot"
 	"github.com/locksmith-go/locksmith/internal/notify"
 )
+
+// The one way a hold is acquired: Obtain, WithLock and Once (a lock),
+// Election.Campaign (a term), Semaphore.Acquire (a permit) and RWMutex's
+// ObtainRead and ObtainWrite (a read or write hold) all come here, each
+// with its kind (see attempt.go), once their options are resolved.
+
+// acquire acquires a hold of kind k on key, with cfg, and reports the
+// call to the observer and the tracer, if there are any.
+func (l *Locker) acquire(ctx context.Context, key string, cfg *config, k kind) (*Lock, error) {
+	if !l.hooked() {
+		lk, _, err := l.acquireCounted(ctx, key, cfg, k)
+		return lk, err
+	}
+	ctx, s := l.span(ctx, Call{Op: OpObtain, Key: key, Prefix: cfg.prefix, Hold: k.hold()})
+	lk, tr, err := l.acquireObserved(ctx, key, cfg, k)
+	s.end(Outcome{Err: err, Attempts: tr.attempts, HandedOver: tr.handedOver})
+	return lk, err
+}
+
+// acquireObserved is acquire without its span (Campaign has its own), and
+// also returns what it tried.
+func (l *Locker) acquireObserved(ctx context.Context, key string, cfg *config, k kind) (*Lock, tries, error) {
+	if !l.hooked() {
+		return l.acquireCounted(ctx, key, cfg, k)
+	}
+	start := time.Now()
+	lk, tr, err := l.acquireCounted(ctx, key, cfg, k)
+	l.obtained(key, cfg.prefix, k.hold(), start, tr, lk, err)
+	return lk, tr, err
+}
+
+// acquireCounted is acquire, and also returns what it tried.
+func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k kind) (*Lock, tries, error) {
+	if ctx.Err() != nil {
+		return nil, tries{}, notObtained(ctx, key)
+	}
+	if err := l.verifyNeeds(ctx, cfg.prefix, key, needsOf(l.stores(), cfg, k)); err != nil {
+		return nil, tries{}, err
+	}
+	a := acquisition{l: l, key: key, rkey: cfg.prefix + key, kind: k, cfg: *cfg}
+	// The strategy's first delay decides between trying once and
+	// waiting: a strategy that gives none (NoRetry, LimitRetry(s, 0))
+	// makes one attempt, which sends one command and starts nothing.
+	backoff := newBackoff(cfg.retry)
+	delay, wait := backoff.Next()
+	if !wait {
+		lk, _, err := a.try(ctx, plainOnce, newToken(cfg), false, nil)
+		if lk == nil && err == nil {
+			err = k.busy(key)
+		}
+		return lk, tries{attempts: 1}, err
+	}
+	// See below for how waiting works, and handoff.go for how a release
+	// hands the hold to a waiter.
+	queue := k.queues(l.stores(), cfg.replicas)
+	ch := keyslot.Companion(cfg.prefix, key, keyslot.Released)
+	t := l.notify.Ticket(ch)
+	if t.Queued {
+		// Others of this Locker wait already: queue up behind them
+		// rather than barge in.
+		w := l.notify.Join(ctx, ch, t, noAttempt, newToken(cfg), queue, k.shares(), time.Time{})
+		return l.wait(ctx, &a, backoff, delay, w, tries{})
+	}
+	// A key this Locker has recently waited for is likely taken: try
+	// with the script at once, rather than a plain SET and the script.
+	mode := plainFirst
+	if t.Existed {
+		mode = scripted
+	}
+	token := newToken(cfg)
+	start := time.Now()
+	lk, res, err := a.try(ctx, mode, token, queue, nil)
+	if lk != nil || err != nil {
+		return lk, tries{attempts: 1}, err
+	}
+	w := l.notify.Join(ctx, ch, t, res.attempt(), token, queue, k.shares(), start)
+	return l.wait(ctx, &a, backoff, delay, w, tries{attempts: 1})
+}
+
+// needsOf returns what the calls for holds of kind k with cfg need of the
+// Redis user of st.
+func needsOf(st stores, cfg *config, k kind) need {
+	n := k.needs()
+	if k.handoff(st) != nil {
+		n |= needQueue
+	}
+	if cfg.fencing {
+		n |= needFence
+	}
+	return n
+}
+
+// newBackoff starts one call's retries; a strategy that returns no Backoff
+// retries nothing.
+func newBackoff(s RetryStrategy) Backoff {
+	if b := s.NewBackoff(); b != nil {
+		return b
+	}
+	return noRetry{}
+}
 
 // Waiting for a lock, the way this package does it:
 //
@@ -49,58 +149,21 @@ import (
 // woke it sooner; a waiter behind the head lets its slots pass without
 // sending anything, since the head would have won before it.
 
-// The same waiting serves semaphores (see semaphore.go), whose permits
-// are never handed over: a release announces that a permit is free, and
-// the head of each Locker's queue tries for it.
+// The same waiting serves every kind of hold (see attempt.go): a
+// semaphore's permits, which are handed over too, and a read-write lock's
+// holds, which are not: a release announces that a hold is free, and the
+// head of each Locker's queue tries for it.
 
 // The subscriptions, the queues and what an announcement does to them
 // are the Locker's notifier (see internal/notify); wait drives one waiter
 // through its queue.
 
-// An attempter makes the attempts of one waiting call, for a lock or for a
-// permit of a semaphore.
-type attempter interface {
-	// attempt makes one attempt for w, as tryObtain does.
-	attempt(ctx context.Context, w *notify.Waiter) (*Lock, acquireRes, error)
-	// handedOver returns what a release handed to w, as h announced,
-	// counting its validity from since.
-	handedOver(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error)
-	// leave takes w out of its queue as its call returns.
-	leave(ctx context.Context, w *notify.Waiter)
-	// busy is the error when the strategy gives up: what w waits for is
-	// still held by others.
-	busy() error
-}
-
-// lockAttempts are the attempts of an Obtain call on key (rkey in Redis).
-// It keeps a copy of the call's config, made only for a call that waits,
-// so that a call that does not keeps its config on the stack.
-type lockAttempts struct {
-	l         *Locker
-	key, rkey string
-	cfg       config
-}
-
-func (a *lockAttempts) attempt(ctx context.Context, w *notify.Waiter) (*Lock, acquireRes, error) {
-	return a.l.tryObtain(ctx, a.key, a.rkey, &a.cfg, scripted, w.Token(), w.Queues())
-}
-
-func (a *lockAttempts) handedOver(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
-	return a.l.handedOver(ctx, a.key, a.rkey, &a.cfg, w, h, since)
-}
-
-func (a *lockAttempts) leave(ctx context.Context, w *notify.Waiter) {
-	a.l.leave(ctx, a.key, a.rkey, &a.cfg, w)
-}
-
-func (a *lockAttempts) busy() error { return heldElsewhere(a.key) }
-
-// wait makes waiter w's attempts, through a, until it obtains what it
-// waits for on key, the strategy gives up, or ctx ends. The first retry
+// wait makes waiter w's attempts for a until it obtains what it waits
+// for, the strategy gives up, or ctx ends. The first retry
 // slot ends after delay. tr is what the call tried before; wait returns
 // it with its own attempts added.
-func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Backoff, delay time.Duration, w *notify.Waiter,
-	tr tries) (*Lock, tries, error) {
+func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, delay time.Duration, w *notify.Waiter, tr tries) (*Lock, tries, error) {
+	key := a.key
 	defer a.leave(ctx, w)
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
@@ -142,7 +205,7 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
-					return nil, tr, a.busy()
+					return nil, tr, a.kind.busy(key)
 				}
 				slotEnd = now.Add(max(d, 0))
 				continue
@@ -176,23 +239,9 @@ func (l *Locker) wait(ctx context.Context, key string, a attempter, backoff Back
 		if now := time.Now(); !now.Before(slotEnd) {
 			d, ok := backoff.Next()
 			if !ok {
-				return nil, tr, a.busy()
+				return nil, tr, a.kind.busy(key)
 			}
 			slotEnd = now.Add(max(d, 0))
 		}
 	}
 }
-
-// closedErr is the error of a waiter of key whose Locker was closed.
-func closedErr(key string) error {
-	return fmt.Errorf("%w: obtaining %q", ErrClosed, key)
-}
-
-// attempt returns what a refused attempt learned of the holders, for the
-// notifier.
-func (r acquireRes) attempt() notify.Attempt {
-	return notify.Attempt{HolderTTL: r.holderTTL, Holder: r.holder, PeersHolding: r.peersHolding}
-}
-
-// noAttempt is what a waiter that joins without an attempt knows.
-var noAttempt = notify.Attempt{HolderTTL: -1}
