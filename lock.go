@@ -12,7 +12,7 @@ import (
 // key expires or holds another token, every method that would touch it
 // returns an error matching ErrNotHeld instead.
 type Lock struct {
-	store holdStore
+	store handleStore
 	key   string // as the caller gave it
 	token string
 	fence int64 // 0 without fencing

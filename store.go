@@ -41,7 +41,7 @@ const pttlNotHeld = -3
 // deployments (a quorum of independent servers) can stand; what only one
 // deployment can serve is on extras, which a quorum does not implement.
 type store interface {
-	holdStore
+	handleStore
 	// acquire runs one attempt to take a lock, as acquireReq describes.
 	acquire(ctx context.Context, req acquireReq) (acquireRes, error)
 	// allows returns nil when the deployment can serve a call u, and
@@ -80,14 +80,14 @@ type extras interface {
 	// earliest permit expires as the holder's TTL.
 	acquirePermit(ctx context.Context, req permitReq) (acquireRes, error)
 	// permits returns what the handles of permits run on.
-	permits() holdStore
+	permits() handleStore
 	// inspectPermits reads a semaphore's state for Semaphore.Inspect.
 	inspectPermits(ctx context.Context, k Keys) (rawPermits, error)
 	// acquireRW runs one attempt to take a read or write hold of a
 	// read-write lock; rwHandles returns what their handles run on, and
 	// inspectRW reads a read-write lock's state for RWMutex.Inspect.
 	acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error)
-	rwHandles() holdStore
+	rwHandles() handleStore
 	inspectRW(ctx context.Context, k Keys) (rawRW, error)
 	// record, complete and inspect serve Once, Completed and Inspect (see
 	// onceStore and inspectStore).
@@ -102,9 +102,9 @@ type extras interface {
 	news(ctx context.Context, ch, msg string) error
 }
 
-// holdStore is what the handle of a hold (a Lock: a lock, a permit of a
+// handleStore is what the handle of a hold (a Lock: a lock, a permit of a
 // semaphore, a hold of a read-write lock) runs on.
-type holdStore interface {
+type handleStore interface {
 	// release hands the lock to the first of its queued waiters, or
 	// deletes it, if it holds the token, announces which to waiters in the
 	// same step, and reports whether it did.

@@ -92,7 +92,7 @@ func (s redisStore) acquireHoldOn(ctx context.Context, c processor, script luaSc
 }
 
 // setStore runs the operations of the handles of sorted-set holds: see
-// holdStore. A handle's ref.token is its member. A permit is handed
+// handleStore. A handle's ref.token is its member. A permit is handed
 // over by its release (see permitHandles), and confirmed by the store's
 // confirmPermit.
 type setStore struct{ s redisStore }

@@ -37,7 +37,7 @@ func (s redisStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inten
 	return res, err
 }
 
-func (s redisStore) rwHandles() holdStore { return setStore{s} }
+func (s redisStore) rwHandles() handleStore { return setStore{s} }
 
 // rawRW is what a store reads for RWMutex.Inspect.
 type rawRW struct {

@@ -60,7 +60,7 @@ func (s redisStore) acquirePermitQueued(ctx context.Context, req permitReq) (acq
 	})
 }
 
-func (s redisStore) permits() holdStore { return permitHandles{setStore{s}} }
+func (s redisStore) permits() handleStore { return permitHandles{setStore{s}} }
 
 // permitHandles runs the operations of permits' handles: those of every
 // sorted-set hold, but a release hands the permit to the first waiter
