@@ -5,23 +5,19 @@ import "errors"
 // The states of a connection, as the dispatcher reports them to the
 // Notifier's onConn.
 
-// A ConnState is the state of a pub/sub connection in a ConnEvent.
+// A ConnState is the state of a pub/sub connection in a ConnEvent: what
+// the root package reports as its ConnState, of the same names and
+// meanings (see locksmith.ConnState). ConnUp is reported once per
+// connection, ConnDown once per outage however many connections fail in
+// it, ConnReplaced when a connection is dialed in place of one that
+// failed or whose slot moved, ConnClosed when one closes.
 type ConnState uint8
 
+// The states of a connection.
 const (
-	// ConnUp: the server answered on the connection; waiters are woken by
-	// announcements. Reported once per connection.
 	ConnUp ConnState = iota + 1
-	// ConnDown: the connection failed, or stopped answering; waiters poll
-	// until one is up again. Reported once per outage, however many
-	// connections fail during it.
 	ConnDown
-	// ConnReplaced: a new connection was dialed in place of one that
-	// failed, stopped answering, or (on Redis Cluster) was told that a
-	// slot moved.
 	ConnReplaced
-	// ConnClosed: the connection was closed because no key is waited for
-	// or watched any more, or by Close.
 	ConnClosed
 )
 
