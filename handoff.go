@@ -44,7 +44,7 @@ import (
 // the lock held by another waiter of the same Locker tells that waiter to
 // try, which returns the lock to it if it missed the announcement. A
 // permit's attempt cannot learn every holder, so it names the waiters of
-// its Locker whose entries may be live (Notifier.PeersQueued, in
+// its Locker that queued an entry (Notifier.PeersQueued, in
 // internal/notify) and learns which of them hold a permit.
 //
 // On Redis Cluster, scripts that name the queue go to the master of the

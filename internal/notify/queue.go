@@ -82,9 +82,8 @@ type Waiter struct {
 	queued bool
 	// since is when the waiter's first queued attempt was sent, which
 	// precedes any handoff to it; renewAt is when its queue entry is due
-	// for renewal; entryUntil is when its entry has surely lapsed, unless
-	// renewed (zero: it has none).
-	since, renewAt, entryUntil time.Time
+	// for renewal.
+	since, renewAt time.Time
 	// handedOver is the handoff of the lock to the waiter, once heard.
 	handedOver *Handoff
 	// missed is set when an attempt found that the lock was handed to
@@ -185,7 +184,6 @@ func (n *Notifier) Join(ctx context.Context, ch string, t Ticket, a Attempt, tok
 	w := &Waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue, shares: shares}
 	if queue && !sent.IsZero() {
 		w.queued, w.since, w.renewAt = true, sent, sent.Add(QueueEntryRenew)
-		w.entryUntil = time.Now().Add(QueueEntryLife)
 		for i := range q.handedTo {
 			if h := q.handedTo[i]; h.Token == token {
 				// Handed over before the waiter joined.

@@ -82,7 +82,6 @@ func (n *Notifier) Lost(w *Waiter, a Attempt, sent time.Time) {
 	defer n.mu.Unlock()
 	if w.queue {
 		w.renewAt = sent.Add(QueueEntryRenew)
-		w.entryUntil = time.Now().Add(QueueEntryLife)
 	}
 	n.triedLocked(w, false, holderExpiry(a.HolderTTL))
 	n.heldByLocked(w.q, a.Holder)
@@ -91,9 +90,12 @@ func (n *Notifier) Lost(w *Waiter, a Attempt, sent time.Time) {
 	}
 }
 
-// PeersQueued returns the tokens of the waiters queued with w whose
-// entries in the handoff queue may still be live, other than w and those
-// that heard of a handoff to them. Only the head of a Locker's queue
+// PeersQueued returns the tokens of the waiters queued with w that have
+// (or had) an entry in the handoff queue, other than w and those that
+// heard of a handoff to them or withdrew. A peer is named even after its
+// entry must have lapsed: a permit handed to it just before the lapse
+// lives for its own TTL (the SPIN model of the semaphore found it idle
+// for that long when such peers were left out). Only the head of a Locker's queue
 // tries, but every waiter whose first attempt raced with another's of the
 // same Locker left an entry of its own, which a release may pop and hand
 // a permit to, unheard (see heldByLocked): w's attempt asks whether one
@@ -103,9 +105,8 @@ func (n *Notifier) PeersQueued(w *Waiter) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var tokens []string
-	now := time.Now()
 	for _, o := range w.q.waiters {
-		if o != w && o.queued && !o.done && o.handedOver == nil && now.Before(o.entryUntil) {
+		if o != w && o.queued && !o.done && o.handedOver == nil {
 			tokens = append(tokens, o.token)
 		}
 	}
@@ -161,5 +162,5 @@ func (n *Notifier) triedLocked(w *Waiter, won bool, holderUntil time.Time) {
 func (n *Notifier) Withdrawn(w *Waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	w.queued, w.entryUntil = false, time.Time{}
+	w.queued = false
 }
