@@ -5,10 +5,11 @@
 /* mirrors: scripts/lib_queue.lua aba88f21cb60fe7cd6c3fd633be906dce95a99e0 */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */
 /* mirrors: scripts/lib_hold.lua dcc83461b5fbcf9e71ce362340c0b5718a1d743d */
-/* check: safety -DFIX_PEERS_TTL */
-/* bug: BUG_PERMIT_NO_DROP_LAPSED safety -DFIX_PEERS_TTL */
-/* bug: BUG_PERMIT_PEERS_NOT_ASKED safety -DFIX_PEERS_TTL */
-/* bug: LIBRARY_AS_IS safety */
+/* check: safety -DFAULTS=2 */
+/* check: safety -DFAULTS=2 -DNPERM=2 */
+/* bug: BUG_PERMIT_NO_DROP_LAPSED safety -DFAULTS=2 */
+/* bug: BUG_PERMIT_PEERS_NOT_ASKED safety */
+/* bug: BUG_PEERS_ENTRY_TTL safety */
 
 /*
  * A semaphore of NPERM permits on one key, with handoff (see NOTES-b.md).
@@ -245,13 +246,25 @@ inline acquire(i, peers) {
   fi
 }
 
-/* PeersQueued */
+/*
+ * PeersQueued (internal/notify/turns.go): every other waiter of the
+ * Locker that queued an entry and has not heard a handoff, won or left.
+ * BUG_PEERS_ENTRY_TTL is the library before commit 0fbce2d, which named a
+ * peer only while its entry was live as its Locker reckoned
+ * (now.Before(o.entryUntil)): a permit handed just before the entry lapsed
+ * sat idle for almost its TTL (found by this model).
+ */
+#ifdef BUG_PEERS_ENTRY_TTL
+#define NAMED(k) (until[k] > 0)
+#else
+#define NAMED(k) true
+#endif
 inline peersof(i, peers) {
   peers = 0; k = 0;
   do
   :: k < NCLIENTS ->
      if
-     :: k != i && LOCKER(k) == LOCKER(i) && waiting[k] && queued[k] && !heard[k] && until[k] > 0 ->
+     :: k != i && LOCKER(k) == LOCKER(i) && waiting[k] && queued[k] && !heard[k] && NAMED(k) ->
         peers = peers | (1 << k)
      :: else -> skip
      fi;
@@ -325,10 +338,8 @@ try:
        :: first -> first = false; ljoin(i); slot[i] = SLOT
        :: else -> skip
        fi;
-#ifdef FIX_PEERS_TTL
-       until[i] = LIFE + TTL;   /* a permit handed just before the entry lapsed lives TTL more */
-#else
-       until[i] = LIFE;         /* PeersQueued: now.Before(o.entryUntil) */
+#ifdef BUG_PEERS_ENTRY_TTL
+       until[i] = LIFE;         /* the entry's life as its Locker reckoned it */
 #endif
        k = 0;
        do
@@ -448,7 +459,11 @@ end_t:
        ti = 0; tn = 0;
        do
        :: ti < NCLIENTS ->
-          dec(exp[ti]); dec(lapse[ti]); dec(until[ti]); dec(dl[ti]); dec(pdl[ti]); dec(slot[ti]);
+          dec(exp[ti]); dec(lapse[ti]); 
+#ifdef BUG_PEERS_ENTRY_TTL
+          dec(until[ti]);
+#endif
+          dec(dl[ti]); dec(pdl[ti]); dec(slot[ti]);
           if :: queued[ti] && since[ti] < TTL -> since[ti]++ :: else -> skip fi;
           if :: ann[ti] == 2 -> ann[ti] = 1 :: else -> skip fi;
           paused[ti] = false; rest[ti] = false;
