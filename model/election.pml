@@ -4,7 +4,7 @@
 /* mirrors: scripts/election_proclaim.lua 2b4e99d444d8c0db2f5b02253ba3a2c3572cb4e6 */
 /* mirrors: scripts/election_leader.lua c1f6f74496654489e03c96e0469f62d4c9f096af */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */
-/* check: safety */
+/* check: safety -DFAULTS=2 */
 /* bug: BUG_PROCLAIM_UNCHECKED safety */
 
 /*

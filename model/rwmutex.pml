@@ -2,7 +2,7 @@
 /* mirrors: scripts/hold_release.lua 2bfeac10f6463bf7a93c79d3d575e9d48dc7ddc8 */
 /* mirrors: scripts/hold_refresh.lua 0e9d500a17874f9a01302babfcea27df7f694123 */
 /* mirrors: scripts/lib_hold.lua dcc83461b5fbcf9e71ce362340c0b5718a1d743d */
-/* check: safety */
+/* check: safety -DFAULTS=2 */
 /* bug: BUG_RW_NO_INTENT safety */
 
 /*
