@@ -96,7 +96,7 @@ func TestClusterRunAndStatus(t *testing.T) {
 		if got, err := masters[i].Client(t).Get(ctx, "locksmith:"+key).Result(); err != nil || got != token {
 			t.Errorf("GET locksmith:%s on its master %s = %q, %v; want the token %q", key, masters[i].Addr, got, err, token)
 		}
-		if st := statusWith(t, key, "--cluster", "--redis", url); !st.Held || st.Token != token {
+		if st := statusWith(t, key, "--cluster", "--redis", url); !st.Held || st.Mark != mark(token) {
 			t.Errorf("status --cluster of %q while run holds it: %+v; want held by %q", key, st, token)
 		}
 	}
@@ -143,10 +143,10 @@ func TestSentinelRunAndStatus(t *testing.T) {
 	if got, err := master.Client(t).Get(ctx, "locksmith:"+key).Result(); err != nil || got != token {
 		t.Errorf("GET locksmith:%s on the master %s = %q, %v; want the token %q", key, master.Addr, got, err, token)
 	}
-	if st := statusWith(t, key, "--redis", url); !st.Held || st.Token != token {
+	if st := statusWith(t, key, "--redis", url); !st.Held || st.Mark != mark(token) {
 		t.Errorf("status through the sentinels while run holds the lock: %+v; want held by %q", st, token)
 	}
-	code, stdout, stderr := locksmith(t, nil, "status", "--redis", url, "--key", key)
+	code, stdout, stderr := locksmith(t, nil, "status", "--redis", url, "--key", key, "--show-token")
 	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("is held by token %q", token)) {
 		t.Errorf("status: exit %d, stdout %q, stderr %q; want 0 and the token", code, stdout, stderr)
 	}

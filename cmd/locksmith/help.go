@@ -15,8 +15,8 @@ Usage:
   locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
   locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
   locksmith elect   [flags] --name NAME --observe [--json]
-  locksmith status  [flags] --key KEY [--json]
-  locksmith status  [flags] --key KEY --watch [--interval D] [--json]
+  locksmith status  [flags] --key KEY [--json] [--show-token]
+  locksmith status  [flags] --key KEY --watch [--interval D] [--json] [--show-token]
   locksmith ls      [flags] [--prefix PREFIX] [--limit N] [--json]
   locksmith release [flags] --key KEY --force
   locksmith help [COMMAND]
@@ -27,7 +27,8 @@ Commands:
   run       obtain the lock, run COMMAND while renewing the lock, release it
   elect     campaign in a leader election, run COMMAND while leading, and
             campaign again when it exits; or (--observe) print each leader
-  status    show whether the lock is held, by which token, for how long;
+  status    show whether the lock is held, by whom (a mark of the token;
+            the token itself with --show-token), for how long;
             the last fencing token, and the record of a run --once;
             with --watch, follow it and print each change
   ls        list the locks held under the prefix, with their holders

@@ -142,13 +142,13 @@ func TestStatusReadWriteLock(t *testing.T) {
 	var st struct {
 		Kind    string `json:"kind"`
 		Readers []struct {
-			Token string `json:"token"`
+			Mark string `json:"token_mark"`
 		} `json:"readers"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
 		t.Fatalf("status --json: exit %d, stdout %q, stderr %q (%v)", code, stdout, stderr, err)
 	}
-	if st.Kind != "rwlock" || len(st.Readers) != 1 || st.Readers[0].Token != r.Token() {
+	if st.Kind != "rwlock" || len(st.Readers) != 1 || st.Readers[0].Mark != mark(r.Token()) {
 		t.Errorf("status --json = %+v; want a read-write lock with reader %q", st, r.Token())
 	}
 	code, stdout, _ = locksmith(t, nil, "status", "--redis", url, "--key", key)

@@ -21,8 +21,11 @@ type lockState struct {
 	RedisKey string     `json:"redis_key"` // prefix + key
 	Held     bool       `json:"held"`
 	// Token identifies the holder's acquisition; its COMMAND has it as
-	// LOCKSMITH_TOKEN.
+	// LOCKSMITH_TOKEN. Absent unless status --show-token: Mark tells
+	// holders apart without it.
 	Token string `json:"token,omitempty"`
+	// Mark is tokenMark of Token; absent when the lock is free.
+	Mark string `json:"token_mark,omitempty"`
 	// TTLMillis is the remaining time to live in milliseconds, or -1 when
 	// the key has no expiry (it was not set by locksmith). Absent when the
 	// lock is free.
@@ -49,9 +52,10 @@ var errNotALock = errors.New("the key holds a semaphore or a read-write lock, no
 
 // doneState is the record run --once keeps of a success.
 type doneState struct {
-	CompletedAt time.Time `json:"completed_at"` // in UTC
-	By          string    `json:"by"`           // the locksmith that ran it, as "host:pid"
-	Token       string    `json:"token"`        // the token of the lock it ran under
+	CompletedAt time.Time `json:"completed_at"`    // in UTC
+	By          string    `json:"by"`              // the locksmith that ran it, as "host:pid"
+	Token       string    `json:"token,omitempty"` // the token of the lock it ran under (status --show-token)
+	Mark        string    `json:"token_mark"`      // tokenMark of that token
 }
 
 // newLockState returns the state that Inspect read for the lock on key
@@ -62,7 +66,7 @@ func newLockState(prefix, key string, s locksmith.LockStatus) lockState {
 		st.setHeld(s.Token, s.TTL)
 	}
 	if d := s.Done; d != nil {
-		st.Done = &doneState{CompletedAt: d.At, By: d.By, Token: d.Token}
+		st.Done = &doneState{CompletedAt: d.At, By: d.By, Token: d.Token, Mark: tokenMark(d.Token)}
 	}
 	return st
 }
@@ -136,7 +140,7 @@ func (st *lockState) setHeld(token string, ttl time.Duration) {
 	if ttl >= 0 {
 		ms = ttl.Milliseconds()
 	}
-	st.Held, st.Token, st.TTLMillis = true, token, &ms
+	st.Held, st.Token, st.Mark, st.TTLMillis = true, token, tokenMark(token), &ms
 }
 
 // name names the lock in messages.
@@ -150,7 +154,7 @@ func (st lockState) name() string {
 func (st lockState) describe(now time.Time) string {
 	lines := []string{st.name() + " is free"}
 	if st.Held {
-		lines[0] = fmt.Sprintf("%s is held by token %q, %s", st.name(), st.Token, st.remaining())
+		lines[0] = fmt.Sprintf("%s is held by %s, %s", st.name(), tokenText(st.Token, st.Mark), st.remaining())
 	}
 	switch st.Queued {
 	case 0:
@@ -163,8 +167,8 @@ func (st lockState) describe(now time.Time) string {
 		lines = append(lines, fmt.Sprintf("last fencing token: %d", st.Fence))
 	}
 	if d := st.Done; d != nil {
-		lines = append(lines, fmt.Sprintf("a run --once succeeded at %s (%v ago), by %s under token %q",
-			d.CompletedAt.Format(time.RFC3339), now.Sub(d.CompletedAt).Round(time.Second), d.By, d.Token))
+		lines = append(lines, fmt.Sprintf("a run --once succeeded at %s (%v ago), by %s under %s",
+			d.CompletedAt.Format(time.RFC3339), now.Sub(d.CompletedAt).Round(time.Second), d.By, tokenText(d.Token, d.Mark)))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -172,10 +176,20 @@ func (st lockState) describe(now time.Time) string {
 func (st lockState) fingerprint() string {
 	var done string
 	if d := st.Done; d != nil {
-		done = fmt.Sprintf("%v %q %q", d.CompletedAt, d.By, d.Token)
+		done = fmt.Sprintf("%v %q %q", d.CompletedAt, d.By, d.Mark)
 	}
 	expires := st.TTLMillis != nil && *st.TTLMillis >= 0
-	return fmt.Sprintf("lock %t %q %t %d %d %s", st.Held, st.Token, expires, st.Fence, st.Queued, done)
+	return fmt.Sprintf("lock %t %q %t %d %d %s", st.Held, st.Mark, expires, st.Fence, st.Queued, done)
+}
+
+func (st lockState) withoutTokens() keyState {
+	st.Token = ""
+	if st.Done != nil {
+		d := *st.Done
+		d.Token = ""
+		st.Done = &d
+	}
+	return st
 }
 
 func (st lockState) at(t time.Time) keyState {

@@ -5,8 +5,8 @@
 //	locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
 //	locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
 //	locksmith elect   [flags] --name NAME --observe [--json]
-//	locksmith status  [flags] --key KEY [--json]
-//	locksmith status  [flags] --key KEY --watch [--interval D] [--json]
+//	locksmith status  [flags] --key KEY [--json] [--show-token]
+//	locksmith status  [flags] --key KEY --watch [--interval D] [--json] [--show-token]
 //	locksmith ls      [flags] [--prefix PREFIX] [--limit N] [--json]
 //	locksmith release [flags] --key KEY --force
 //	locksmith help [COMMAND]

@@ -297,7 +297,7 @@ func TestStatusOfOnceJob(t *testing.T) {
 		t.Fatalf("LOCKSMITH_FENCE %q, want a positive decimal integer", readFile(t, dir+"/fence"))
 	}
 	token := strings.TrimSpace(readFile(t, dir+"/token"))
-	if st := status(t, url, key); !st.Held || st.Token != token || st.Fence != fence || st.Done != nil {
+	if st := status(t, url, key); !st.Held || st.Mark != mark(token) || st.Fence != fence || st.Done != nil {
 		t.Errorf("status --json while the job runs: %+v, want held by %q, fence %d, no record", st, token, fence)
 	}
 	touch(t, dir+"/finish")
@@ -306,7 +306,7 @@ func TestStatusOfOnceJob(t *testing.T) {
 	host, _ := os.Hostname()
 	by := fmt.Sprintf("%s:%d", host, p.cmd.Process.Pid)
 	st := status(t, url, key)
-	if st.Held || st.Fence != fence || st.Done == nil || st.Done.Token != token || st.Done.By != by ||
+	if st.Held || st.Fence != fence || st.Done == nil || st.Done.Mark != mark(token) || st.Done.Token != "" || st.Done.By != by ||
 		st.Done.CompletedAt.Before(before.Truncate(time.Second)) || st.Done.CompletedAt.After(time.Now()) {
 		t.Fatalf("status --json after the job: %+v (done %+v); want free, fence %d, done by %s under %q",
 			st, st.Done, fence, by, token)
@@ -317,10 +317,17 @@ func TestStatusOfOnceJob(t *testing.T) {
 		fmt.Sprintf("last fencing token: %d\n", fence),
 		"succeeded at " + st.Done.CompletedAt.Format(time.RFC3339),
 		"by " + by,
-		fmt.Sprintf("under token %q", token),
+		"under token #" + mark(token),
 	} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("status: exit %d, stdout %q; want %q in it", code, stdout, want)
 		}
+	}
+	if strings.Contains(stdout, token) {
+		t.Errorf("status printed the token of the record: %q", stdout)
+	}
+	code, stdout, _ = locksmith(t, nil, "status", "--redis", url, "--key", key, "--show-token")
+	if want := fmt.Sprintf("under token %q", token); code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("status --show-token: exit %d, stdout %q; want %q in it", code, stdout, want)
 	}
 }

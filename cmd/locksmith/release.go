@@ -58,6 +58,6 @@ func (u *ui) release(args []string) int {
 		fmt.Fprintf(u.stdout, "deleted %s, which had just become a semaphore or a read-write lock\n", st.name())
 		return exitOK
 	}
-	fmt.Fprintf(u.stdout, "deleted %s, held by token %q, %s\n", st.name(), st.Token, st.remaining())
+	fmt.Fprintf(u.stdout, "deleted %s, held by %s, %s\n", st.name(), tokenText("", st.Mark), st.remaining())
 	return exitOK
 }

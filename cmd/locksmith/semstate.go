@@ -35,15 +35,31 @@ type semaphoreState struct {
 
 // permitState is one permit of a semaphore.
 type permitState struct {
-	Token     string `json:"token"`
+	Token     string `json:"token,omitempty"` // status --show-token only
+	Mark      string `json:"token_mark"`      // tokenMark of the token
 	TTLMillis int64  `json:"ttl_ms"`
+}
+
+// newPermitState returns the state of a hold by token with ttl left.
+func newPermitState(token string, ttl time.Duration) permitState {
+	return permitState{Token: token, Mark: tokenMark(token), TTLMillis: ttl.Milliseconds()}
+}
+
+// withoutTokens returns holds without their tokens, in a new slice.
+func withoutTokens(holds []permitState) []permitState {
+	out := make([]permitState, len(holds))
+	for i, h := range holds {
+		h.Token = ""
+		out[i] = h
+	}
+	return out
 }
 
 func newSemaphoreState(prefix, key string, s locksmith.SemaphoreStatus) semaphoreState {
 	st := semaphoreState{Key: key, RedisKey: prefix + key, Kind: "semaphore", Fence: s.Fence,
 		Queued: s.Queued, Listening: s.Listening, Holders: []permitState{}}
 	for _, h := range s.Holders {
-		st.Holders = append(st.Holders, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
+		st.Holders = append(st.Holders, newPermitState(h.Token, h.TTL))
 	}
 	return st
 }
@@ -63,7 +79,7 @@ func (st semaphoreState) describe(time.Time) string {
 		lines = append(lines, fmt.Sprintf("%s has %d permits held:", name, len(st.Holders)))
 	}
 	for _, h := range st.Holders {
-		lines = append(lines, fmt.Sprintf("  token %q, %v left", h.Token, time.Duration(h.TTLMillis)*time.Millisecond))
+		lines = append(lines, fmt.Sprintf("  %s, %v left", tokenText(h.Token, h.Mark), time.Duration(h.TTLMillis)*time.Millisecond))
 	}
 	switch {
 	case st.Listening < 0:
@@ -106,10 +122,11 @@ func newRWState(prefix, key string, s locksmith.RWStatus) rwState {
 	st := rwState{Key: key, RedisKey: prefix + key, Kind: "rwlock", Fence: s.Fence,
 		WaitingWriters: s.WaitingWriters, Readers: []permitState{}}
 	for _, h := range s.Readers {
-		st.Readers = append(st.Readers, permitState{Token: h.Token, TTLMillis: h.TTL.Milliseconds()})
+		st.Readers = append(st.Readers, newPermitState(h.Token, h.TTL))
 	}
 	if w := s.Writer; w != nil {
-		st.Writer = &permitState{Token: w.Token, TTLMillis: w.TTL.Milliseconds()}
+		writer := newPermitState(w.Token, w.TTL)
+		st.Writer = &writer
 	}
 	return st
 }
@@ -119,7 +136,7 @@ func (st rwState) describe(time.Time) string {
 	var lines []string
 	switch {
 	case st.Writer != nil:
-		lines = append(lines, fmt.Sprintf("%s is held by writer %q, %v left", name, st.Writer.Token,
+		lines = append(lines, fmt.Sprintf("%s is held by writer %s, %v left", name, tokenText(st.Writer.Token, st.Writer.Mark),
 			time.Duration(st.Writer.TTLMillis)*time.Millisecond))
 	case len(st.Readers) == 0:
 		lines = append(lines, name+" is free")
@@ -127,7 +144,7 @@ func (st rwState) describe(time.Time) string {
 		lines = append(lines, fmt.Sprintf("%s is held by %d reader(s):", name, len(st.Readers)))
 	}
 	for _, h := range st.Readers {
-		lines = append(lines, fmt.Sprintf("  token %q, %v left", h.Token, time.Duration(h.TTLMillis)*time.Millisecond))
+		lines = append(lines, fmt.Sprintf("  %s, %v left", tokenText(h.Token, h.Mark), time.Duration(h.TTLMillis)*time.Millisecond))
 	}
 	if st.WaitingWriters > 0 {
 		lines = append(lines, fmt.Sprintf("%d writer(s) waiting; new readers wait behind them", st.WaitingWriters))
@@ -142,6 +159,11 @@ func (st semaphoreState) fingerprint() string {
 	return fmt.Sprintf("semaphore %q %d %d %d", tokens(st.Holders), st.Fence, st.Queued, st.Listening)
 }
 
+func (st semaphoreState) withoutTokens() keyState {
+	st.Holders = withoutTokens(st.Holders)
+	return st
+}
+
 func (st semaphoreState) at(t time.Time) keyState {
 	st.Time = &t
 	return st
@@ -150,9 +172,19 @@ func (st semaphoreState) at(t time.Time) keyState {
 func (st rwState) fingerprint() string {
 	var writer string
 	if st.Writer != nil {
-		writer = st.Writer.Token
+		writer = st.Writer.Mark
 	}
 	return fmt.Sprintf("rwlock %q %q %d %d", tokens(st.Readers), writer, st.WaitingWriters, st.Fence)
+}
+
+func (st rwState) withoutTokens() keyState {
+	st.Readers = withoutTokens(st.Readers)
+	if st.Writer != nil {
+		w := *st.Writer
+		w.Token = ""
+		st.Writer = &w
+	}
+	return st
 }
 
 func (st rwState) at(t time.Time) keyState {
@@ -160,12 +192,12 @@ func (st rwState) at(t time.Time) keyState {
 	return st
 }
 
-// tokens returns the tokens of holds, sorted: the order of holds follows
-// their expiry, which renewals change.
+// tokens returns the marks of holds' tokens, sorted: the order of holds
+// follows their expiry, which renewals change.
 func tokens(holds []permitState) []string {
 	ts := make([]string, 0, len(holds))
 	for _, h := range holds {
-		ts = append(ts, h.Token)
+		ts = append(ts, h.Mark)
 	}
 	slices.Sort(ts)
 	return ts

@@ -24,9 +24,11 @@ const (
 // statusFlags are the flags of the status command.
 type statusFlags struct {
 	connFlags
-	json     bool
-	watch    bool
-	interval time.Duration
+	json  bool
+	watch bool
+	// showToken prints holders' tokens, not only their marks.
+	showToken bool
+	interval  time.Duration
 	// intervalSet is true when --interval was given.
 	intervalSet bool
 }
@@ -35,6 +37,8 @@ func statusFlagSet(f *statusFlags) *flag.FlagSet {
 	set := newFlagSet("status")
 	f.connFlags.register(set)
 	set.BoolVar(&f.json, "json", false, "print one JSON object rather than text (with --watch, one a line)")
+	set.BoolVar(&f.showToken, "show-token", false,
+		"print each holder's token, which can renew or release its lock (by default only a short mark of it, to tell holders apart)")
 	set.BoolVar(&f.watch, "watch", false,
 		"follow KEY: print its state, then a line each time it changes, until SIGINT, SIGTERM, SIGHUP or SIGQUIT")
 	set.DurationVar(&f.interval, "interval", defaultWatchInterval,
@@ -88,7 +92,7 @@ func (u *ui) status(args []string) int {
 		u.errorf("cannot read lock %q from Redis at %s: %s", f.key, addr, errText(err))
 		return exitRedis
 	}
-	u.printState(st, f.json, time.Time{})
+	u.printState(st, &f, time.Time{})
 	return exitOK
 }
 
@@ -103,6 +107,9 @@ type keyState interface {
 	fingerprint() string
 	// at returns the state with its time set to t, for status --watch.
 	at(t time.Time) keyState
+	// withoutTokens returns the state without its holders' tokens, with
+	// only their marks (see tokenMark).
+	withoutTokens() keyState
 }
 
 // readState reads the state of key under prefix: a lock's or, if the key
@@ -133,11 +140,15 @@ func readState(ctx context.Context, locker *locksmith.Locker, prefix, key string
 	return newLockState(prefix, key, s), nil
 }
 
-// printState prints st to stdout: as text, or as one JSON object. A
-// non-zero t is the time of a line of status --watch: it starts the text
-// line, which is then st on one line, and is the time field of the object.
-func (u *ui) printState(st keyState, asJSON bool, t time.Time) {
-	if asJSON {
+// printState prints st to stdout: as text, or as one JSON object (as f
+// says), with its holders' tokens only when f asks for them. A non-zero t
+// is the time of a line of status --watch: it starts the text line, which
+// is then st on one line, and is the time field of the object.
+func (u *ui) printState(st keyState, f *statusFlags, t time.Time) {
+	if !f.showToken {
+		st = st.withoutTokens()
+	}
+	if f.json {
 		if !t.IsZero() {
 			st = st.at(t)
 		}
@@ -202,7 +213,7 @@ func (w *keyWatch) run(ctx context.Context) int {
 	}
 	ticker := time.NewTicker(w.flags.interval)
 	defer ticker.Stop()
-	w.printState(st, w.flags.json, time.Now())
+	w.printState(st, w.flags, time.Now())
 	last, failing := st.fingerprint(), false
 	for {
 		select {
@@ -228,7 +239,7 @@ func (w *keyWatch) run(ctx context.Context) int {
 			last = "" // what changed meanwhile is not known: print the state
 		}
 		if fp := st.fingerprint(); fp != last {
-			w.printState(st, w.flags.json, time.Now())
+			w.printState(st, w.flags, time.Now())
 			last = fp
 		}
 	}

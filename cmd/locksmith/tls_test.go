@@ -93,7 +93,7 @@ func TestTLS(t *testing.T) {
 
 	key := uniqueKey(t)
 	p, token := runHolding(t, trusted, dir, key, "--redis", "rediss://"+tlsAddr)
-	code, stdout, stderr := locksmith(t, trusted, "status", "--redis", "rediss://"+tlsAddr, "--key", key)
+	code, stdout, stderr := locksmith(t, trusted, "status", "--redis", "rediss://"+tlsAddr, "--key", key, "--show-token")
 	if code != 0 || !strings.Contains(stdout, token) {
 		t.Errorf("status over rediss:// while run holds the lock: exit %d, stdout %q, stderr %q; want 0 and %q",
 			code, stdout, stderr, token)

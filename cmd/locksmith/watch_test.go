@@ -21,14 +21,15 @@ type watchLine struct {
 	Kind    string     `json:"kind"`
 	Held    bool       `json:"held"`
 	Token   string     `json:"token"`
+	Mark    string     `json:"token_mark"`
 	Holders []struct {
-		Token string `json:"token"`
+		Mark string `json:"token_mark"`
 	} `json:"holders"`
 	Readers []struct {
-		Token string `json:"token"`
+		Mark string `json:"token_mark"`
 	} `json:"readers"`
 	Writer *struct {
-		Token string `json:"token"`
+		Mark string `json:"token_mark"`
 	} `json:"writer"`
 }
 
@@ -97,7 +98,7 @@ func TestStatusWatchLock(t *testing.T) {
 		t.Fatalf("first line %+v, want %q free", l, key)
 	}
 	client.Set(t.Context(), rkey, "tok-a", time.Minute)
-	if l := both(2, "held by a"); !l.Held || l.Token != "tok-a" {
+	if l := both(2, "held by a"); !l.Held || l.Mark != mark("tok-a") {
 		t.Fatalf("second line %+v, want held by tok-a", l)
 	}
 	client.Del(t.Context(), rkey)
@@ -105,7 +106,7 @@ func TestStatusWatchLock(t *testing.T) {
 		t.Fatalf("third line %+v, want free", l)
 	}
 	client.Set(t.Context(), rkey, "tok-b", time.Minute)
-	if l := both(4, "held by b"); !l.Held || l.Token != "tok-b" {
+	if l := both(4, "held by b"); !l.Held || l.Mark != mark("tok-b") {
 		t.Fatalf("fourth line %+v, want held by tok-b", l)
 	}
 	stop(t, jsonWatch)
@@ -114,7 +115,7 @@ func TestStatusWatchLock(t *testing.T) {
 		t.Errorf("--json printed %d lines, want 4: %+v", len(got), got)
 	}
 	text := strings.Split(strings.TrimSuffix(textWatch.out(t), "\n"), "\n")
-	want := []string{"is free", `is held by token "tok-a"`, "is free", `is held by token "tok-b"`}
+	want := []string{"is free", "is held by token #" + mark("tok-a"), "is free", "is held by token #" + mark("tok-b")}
 	if len(text) != len(want) {
 		t.Fatalf("the text watch printed %q, want %d lines", text, len(want))
 	}
@@ -142,7 +143,7 @@ func TestStatusWatchHearsReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := watchStatus(t, url, key, "--json", "--interval", "1h")
-	if l := waitLines(t, w, 1, "held by a"); !l.Held || l.Token != a.Token() {
+	if l := waitLines(t, w, 1, "held by a"); !l.Held || l.Mark != mark(a.Token()) {
 		t.Fatalf("first line %+v, want held by %q", l, a.Token())
 	}
 	// b waits, retrying only every hour: only a handoff gives it the lock.
@@ -163,7 +164,7 @@ func TestStatusWatchHearsReleases(t *testing.T) {
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
-	if l := waitLines(t, w, 2, "handed to b"); !l.Held || l.Token != b.lk.Token() {
+	if l := waitLines(t, w, 2, "handed to b"); !l.Held || l.Mark != mark(b.lk.Token()) {
 		t.Fatalf("second line %+v, want held by %q", l, b.lk.Token())
 	}
 	if err := b.lk.Release(t.Context()); err != nil {
@@ -204,7 +205,7 @@ func TestStatusWatchSemaphoreAndRWLock(t *testing.T) {
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if l := waitLines(t, w, 3, "one left"); len(l.Holders) != 1 || l.Holders[0].Token != second.Token() {
+		if l := waitLines(t, w, 3, "one left"); len(l.Holders) != 1 || l.Holders[0].Mark != mark(second.Token()) {
 			t.Fatalf("third line %+v, want the second permit only", l)
 		}
 		stop(t, w)
@@ -232,7 +233,7 @@ func TestStatusWatchSemaphoreAndRWLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l := waitLines(t, w, 3, "a writer"); l.Writer == nil || l.Writer.Token != writer.Token() {
+		if l := waitLines(t, w, 3, "a writer"); l.Writer == nil || l.Writer.Mark != mark(writer.Token()) {
 			t.Fatalf("third line %+v, want the writer", l)
 		}
 		stop(t, w)
