@@ -208,7 +208,7 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 		return nil, res, nil
 	}
 	lk.fence = res.fence
-	lk.deadline = start.Add(cfg.ttl - cfg.driftFor(cfg.ttl))
+	lk.deadline, lk.since = start.Add(cfg.ttl-cfg.driftFor(cfg.ttl)), start
 	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
 		deleteIfOwned(ctx, lk)
 		return nil, acquireRes{cleaned: true}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
@@ -239,7 +239,7 @@ func (a *acquisition) handedOver(ctx context.Context, w *notify.Waiter, h *notif
 	lk.fence = h.Fence
 	lk.ttl = h.TTL
 	drift := a.cfg.driftFor(h.TTL)
-	lk.deadline = since.Add(h.TTL - drift)
+	lk.deadline, lk.since = since.Add(h.TTL-drift), since
 	a.l.notify.Won(w, lk.deadline, false)
 	if ctx.Err() != nil {
 		deleteIfOwned(ctx, lk)

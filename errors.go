@@ -28,6 +28,12 @@ var (
 	// acquire reply arrived after the lock's validity had already run out.
 	ErrLockLost = errors.New("locksmith: lock lost")
 
+	// ErrMaxHold is the cause of a lease context's cancellation when the
+	// lock has been held for as long as WithMaxHold allows: the lease
+	// stopped renewing it. It matches ErrLockLost too, so code that checks
+	// for a lost lock treats a capped one alike.
+	ErrMaxHold error = maxHoldError{}
+
 	// ErrNotReplicated means Obtain took the lock but fewer replicas than
 	// WithReplicas asks for acknowledged it in time, so Obtain released it
 	// again. Like a Redis failure, it does not match ErrNotObtained.
@@ -71,3 +77,10 @@ func notObtained(ctx context.Context, key string) error {
 func closedErr(key string) error {
 	return fmt.Errorf("%w: obtaining %q", ErrClosed, key)
 }
+
+// maxHoldError is the type of ErrMaxHold, which also matches ErrLockLost.
+type maxHoldError struct{}
+
+func (maxHoldError) Error() string { return "locksmith: lock lost: held for the maximum time" }
+
+func (maxHoldError) Is(target error) bool { return target == ErrLockLost }

@@ -244,10 +244,14 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 }
 
 // heldLocally returns an error matching ErrNotHeld when the handle itself
-// knows the lock is gone, so that no command needs to be sent.
+// knows the lock is gone, or past its WithMaxHold, so that no command needs
+// to be sent.
 func (lk *Lock) heldLocally() error {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
+	if !lk.released && lk.lost == nil && lk.cappedLocked() {
+		lk.loseLocked(lk.capCause())
+	}
 	switch {
 	case lk.released:
 		return fmt.Errorf("%w: %q was released", ErrNotHeld, lk.key)
@@ -304,6 +308,10 @@ func (lk *Lock) checkValidity() {
 	if lk.released || lk.lost != nil {
 		return
 	}
+	if lk.cappedLocked() {
+		lk.loseLocked(lk.capCause())
+		return
+	}
 	if left := lk.untilWatchdogLocked(); left > 0 {
 		lk.lease.watchdog.Reset(left)
 		return
@@ -318,10 +326,26 @@ func (lk *Lock) checkValidity() {
 // untilWatchdogLocked returns how long until the watchdog must declare
 // the lock lost: a little before the Deadline, so that the lease contexts
 // are cancelled by the Deadline although a timer fires a little late
-// (typically well under a millisecond). lk.mu must be held.
+// (typically well under a millisecond), or at the cap of WithMaxHold if
+// that comes first. lk.mu must be held.
 func (lk *Lock) untilWatchdogLocked() time.Duration {
 	lead := min(time.Millisecond, lk.ttl/100)
-	return time.Until(lk.deadline) - lead
+	left := time.Until(lk.deadline) - lead
+	if lk.cfg.maxHold > 0 {
+		left = min(left, time.Until(lk.since.Add(lk.cfg.maxHold)))
+	}
+	return left
+}
+
+// cappedLocked reports whether the lock has been held for its
+// WithMaxHold. lk.mu must be held.
+func (lk *Lock) cappedLocked() bool {
+	return lk.cfg.maxHold > 0 && !time.Now().Before(lk.since.Add(lk.cfg.maxHold))
+}
+
+// capCause is why a lock past its WithMaxHold counts as lost.
+func (lk *Lock) capCause() error {
+	return fmt.Errorf("%w: %q reached its cap of %v (WithMaxHold); the lease stopped renewing it", ErrMaxHold, lk.key, lk.cfg.maxHold)
 }
 
 // lose marks the lock lost with cause, unless it has already ended.

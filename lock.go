@@ -32,6 +32,7 @@ type Lock struct {
 	mu       sync.Mutex    // guards the fields below
 	ttl      time.Duration // the TTL of the last successful acquire or refresh
 	deadline time.Time     // local end of validity: see Deadline
+	since    time.Time     // when the hold began, for WithMaxHold: its first deadline less its validity
 	released bool          // Release has deleted the key or found it gone
 	hold     Hold          // what kind of hold it is, for events; never changes
 	lost     error         // why the lock was lost; nil while it is not
@@ -70,9 +71,16 @@ func (lk *Lock) Fence() int64 { return lk.fence }
 // apart by less than the allowance and the server does not lose the key (a
 // restart without persistence, a failover). Past it the holder must assume
 // it has lost the lock.
+//
+// With WithMaxHold, Deadline is never later than the cap.
 func (lk *Lock) Deadline() time.Time {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
+	if lk.cfg.maxHold > 0 {
+		if capAt := lk.since.Add(lk.cfg.maxHold); capAt.Before(lk.deadline) {
+			return capAt
+		}
+	}
 	return lk.deadline
 }
 

@@ -51,6 +51,7 @@ const (
 	optDoneTTL
 	optObserver
 	optTracer
+	optMaxHold
 )
 
 // apply applies one option to c.
@@ -111,6 +112,11 @@ func (o Option) apply(c *config) error {
 			return fmt.Errorf("%w: done TTL %v is under 1ms", ErrInvalidArgument, o.d)
 		}
 		c.doneTTL = o.d.Truncate(time.Millisecond)
+	case optMaxHold:
+		if o.d < 0 {
+			return fmt.Errorf("%w: maximum hold %v is negative", ErrInvalidArgument, o.d)
+		}
+		c.maxHold = o.d
 	case optObserver:
 		// Taken by New (see observerOf); refused per call (see
 		// callConfigFor).
@@ -140,6 +146,9 @@ type config struct {
 
 	// renewEvery is the lease renewal period; zero means ttl/3.
 	renewEvery time.Duration
+	// maxHold is how long a lock may be held, from when it was obtained,
+	// before its leases stop renewing it; zero means no limit.
+	maxHold time.Duration
 	// drift is the clock-drift allowance subtracted from the TTL when the
 	// client computes how long the lock is valid; negative means the
 	// default, ttl/100 + 2ms (at most half the TTL).
@@ -299,6 +308,23 @@ func WithPrefix(prefix string) Option {
 // leaves two more attempts before the lock expires when one renewal fails.
 func WithRenewInterval(d time.Duration) Option {
 	return Option{kind: optRenewInterval, d: d}
+}
+
+// WithMaxHold caps how long a lock may be held: d after the lock was
+// obtained (counted from the same moment as its first Deadline), its
+// leases stop renewing it and their contexts are cancelled with
+// ErrMaxHold, which also matches ErrLockLost; Deadline returns no later
+// time, and Refresh refuses with an error matching ErrNotHeld. The lock
+// itself is not deleted at the cap: it stays held until its Deadline at
+// most (one TTL after its last renewal), so that the work can stop while
+// it still holds it, and WithLock and Once release it as soon as their
+// function returns (Once then records nothing and returns the error). Use
+// it to bound how long a job stuck in a loop, whose lease would otherwise
+// renew its lock for ever, keeps the others out. Zero, the default, sets
+// no cap (and undoes a Locker's); d must not be negative. It applies to
+// every kind of hold: locks, permits, read and write holds, and terms.
+func WithMaxHold(d time.Duration) Option {
+	return Option{kind: optMaxHold, d: d}
 }
 
 // WithDrift sets the clock-drift allowance: how much shorter than the TTL

@@ -32,6 +32,7 @@ type electFlags struct {
 	value           string
 	ttl             time.Duration
 	grace           time.Duration
+	maxHold         time.Duration // zero: no limit
 	exitWithCommand bool
 	observe         bool
 	json            bool
@@ -48,6 +49,8 @@ func electFlagSet(f *electFlags) *flag.FlagSet {
 	set.DurationVar(&f.ttl, "ttl", defaultTTL,
 		"the leadership's time to live: how soon another candidate takes over from a locksmith that died; renewed every third of it")
 	set.DurationVar(&f.grace, "grace", defaultGrace, "when leadership is lost, the time between SIGTERM and SIGKILL")
+	set.DurationVar(&f.maxHold, "max-hold", 0,
+		"end each term `DURATION` after it began: COMMAND then gets SIGTERM, as when leadership is lost (default: no limit)")
 	set.BoolVar(&f.exitWithCommand, "exit-with-command", false,
 		"lead once: when COMMAND exits, resign and exit with its status (default: resign and campaign again)")
 	set.BoolVar(&f.observe, "observe", false, "run no COMMAND: print the leader and each change of leader, a line each, until interrupted")
@@ -57,7 +60,7 @@ func electFlagSet(f *electFlags) *flag.FlagSet {
 }
 
 // campaignFlags are the flags that only a candidate takes, not --observe.
-var campaignFlags = []string{"value", "ttl", "grace", "exit-with-command"}
+var campaignFlags = []string{"value", "ttl", "grace", "max-hold", "exit-with-command"}
 
 func (f *electFlags) check(command []string) error {
 	if f.key == "" {
@@ -71,6 +74,8 @@ func (f *electFlags) check(command []string) error {
 		return fmt.Errorf("--ttl %v is not positive", f.ttl)
 	case f.grace < 0:
 		return fmt.Errorf("--grace %v is negative", f.grace)
+	case f.maxHold < 0:
+		return fmt.Errorf("--max-hold %v is negative", f.maxHold)
 	case f.json && !f.observe:
 		return errors.New("--json needs --observe")
 	case f.observe && len(command) > 0:
@@ -142,7 +147,7 @@ func (u *ui) elect(args []string) (code int) {
 			lostEvent: "term_lost", events: events},
 		flags:    &f,
 		addr:     addr,
-		election: locker.Election(f.key, locksmith.WithTTL(f.ttl)),
+		election: locker.Election(f.key, locksmith.WithTTL(f.ttl), locksmith.WithMaxHold(f.maxHold)),
 	}
 	if f.observe {
 		return el.observe()

@@ -60,6 +60,7 @@ type runFlags struct {
 	ttl     time.Duration
 	wait    time.Duration // zero: try once
 	grace   time.Duration
+	maxHold time.Duration // zero: no limit
 	skipOK  bool
 	fencing bool
 	once    bool
@@ -79,6 +80,7 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 	set.DurationVar(&f.ttl, "ttl", defaultTTL, "the lock's time to live: how long it outlives a locksmith that died; renewed every third of it")
 	set.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for a lock held elsewhere (default: try once)")
 	set.DurationVar(&f.grace, "grace", defaultGrace, "when the lock is lost, the time between SIGTERM and SIGKILL")
+	set.DurationVar(&f.maxHold, "max-hold", 0, "stop renewing the lock `DURATION` after it was obtained: COMMAND then gets SIGTERM, as when the lock is lost (default: no limit)")
 	set.BoolVar(&f.skipOK, "skip-ok", false,
 		fmt.Sprintf("exit 0, not %d, when the lock is held elsewhere (and not %d when --once finds the job done)", exitHeld, exitDone))
 	set.BoolVar(&f.fencing, "fencing", false, "take a fencing token, larger than any taken before for KEY, and pass it to COMMAND in LOCKSMITH_FENCE")
@@ -103,6 +105,8 @@ func (f *runFlags) check(command []string) error {
 		return fmt.Errorf("--wait %v is negative", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace %v is negative", f.grace)
+	case f.maxHold < 0:
+		return fmt.Errorf("--max-hold %v is negative", f.maxHold)
 	case f.limit < 0:
 		return fmt.Errorf("--limit %d is negative", f.limit)
 	case f.limit > 0 && f.once:
@@ -163,7 +167,8 @@ func (u *ui) run(args []string) (code int) {
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
-	opts := []locksmith.Option{locksmith.WithPrefix(f.prefix), locksmith.WithTTL(f.ttl), locksmith.WithDoneTTL(f.doneTTL)}
+	opts := []locksmith.Option{locksmith.WithPrefix(f.prefix), locksmith.WithTTL(f.ttl), locksmith.WithDoneTTL(f.doneTTL),
+		locksmith.WithMaxHold(f.maxHold)}
 	if f.fencing {
 		opts = append(opts, locksmith.WithFencing())
 	}
