@@ -323,3 +323,28 @@ func unreachableAddr() string {
 	_ = l.Close()
 	return addr
 }
+
+// A job stuck in a loop would keep its lock for ever, its lease renewing
+// it; WithMaxHold caps the hold. At the cap the job's context ends with
+// ErrMaxHold (which also matches ErrLockLost), and WithLock releases the
+// lock as soon as the job returns.
+func ExampleWithMaxHold() {
+	client, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locker := locksmith.New(client, locksmith.WithTTL(time.Second))
+	defer locker.Close()
+
+	err := locker.WithLock(ctx, "reindex", func(ctx context.Context) error {
+		<-ctx.Done() // a job that only stops when told to
+		return context.Cause(ctx)
+	}, locksmith.WithMaxHold(100*time.Millisecond))
+	fmt.Println("capped:", errors.Is(err, locksmith.ErrMaxHold))
+	fmt.Println("counts as lost:", errors.Is(err, locksmith.ErrLockLost))
+	n, _ := client.Exists(ctx, "reindex").Result()
+	fmt.Println("still held:", n == 1)
+	// Output:
+	// capped: true
+	// counts as lost: true
+	// still held: false
+}
