@@ -40,7 +40,7 @@
  *  - handed_taken: a permit handed to a waiter that was alive and
  *    waiting when it was handed, or to a lapsed entry, is taken (won,
  *    confirmed or given back) before its TTL runs out, unless the waiter
- *    crashed or gave up meanwhile.
+ *    crashed, gave up or was paused meanwhile.
  */
 
 #ifndef NCLIENTS
@@ -273,11 +273,17 @@ inline peersof(i, peers) {
   od
 }
 
-/* a pause: the request waits for the next tick */
+/*
+ * a pause: the request waits for the next tick. A permit handed to a
+ * waiter that is paused afterwards is excused from handed_taken: no
+ * protocol lets a stopped process take what it was handed in time
+ * (with FAULTS=3, a lost announcement and a pause of the waiter's
+ * missed attempt let the permit lapse).
+ */
 inline maypause(i) {
   atomic {
     if
-    :: pauses > 0 -> pauses--; paused[i] = true
+    :: pauses > 0 -> pauses--; paused[i] = true; untaken[i] = false
     :: true
     fi
   };
