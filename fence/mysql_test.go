@@ -38,9 +38,10 @@ var my struct {
 	dir    string
 }
 
-// mysqlDB returns a pool on a database of its own, dropped when t ends.
-// Without a server t is skipped: the MySQL tests are optional.
-func mysqlDB(t *testing.T) *sql.DB {
+// mysqlDB returns a pool on a database of its own, dropped when t ends,
+// with the driver's settings changed by each of opts. Without a server t
+// is skipped: the MySQL tests are optional.
+func mysqlDB(t *testing.T, opts ...func(*mysql.Config)) *sql.DB {
 	t.Helper()
 	my.once.Do(findMySQL)
 	if my.admin == nil {
@@ -53,6 +54,9 @@ func mysqlDB(t *testing.T) *sql.DB {
 	}
 	cfg := my.cfg.Clone()
 	cfg.DBName = name
+	for _, o := range opts {
+		o(cfg)
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)
