@@ -32,6 +32,7 @@ var my struct {
 	where string
 	admin *sql.DB
 	err   error
+	named bool // the environment named the server: failing to reach it fails
 
 	proc   *exec.Cmd
 	exited chan struct{}
@@ -44,6 +45,9 @@ var my struct {
 func mysqlDB(t *testing.T, opts ...func(*mysql.Config)) *sql.DB {
 	t.Helper()
 	my.once.Do(findMySQL)
+	if my.admin == nil && my.named {
+		t.Fatalf("the MySQL of $%s: %v", mysqlDSNEnv, my.err)
+	}
 	if my.admin == nil {
 		unavailable(t, "LOCKSMITH_REQUIRE_MYSQL", "MySQL or MariaDB", my.err,
 			"Set "+mysqlDSNEnv+" to a DSN such as root@tcp(127.0.0.1:3306)/test, or install mariadb-server for a private one")
@@ -76,10 +80,10 @@ func findMySQL() {
 	if dsn := os.Getenv(mysqlDSNEnv); dsn != "" {
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
-			my.err = fmt.Errorf("$%s: %w", mysqlDSNEnv, err)
+			my.err, my.named = fmt.Errorf("$%s: %w", mysqlDSNEnv, err), true
 			return
 		}
-		my.cfg, my.where = cfg, "$"+mysqlDSNEnv
+		my.cfg, my.where, my.named = cfg, "$"+mysqlDSNEnv, true
 		my.err = connectMySQL()
 		return
 	}

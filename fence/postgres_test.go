@@ -47,6 +47,9 @@ var pg struct {
 	where string  // where it is, for logs
 	admin *sql.DB // nil when there is none
 	err   error   // why there is none
+	// named is set when the environment named the server: then a server
+	// that does not answer fails the tests rather than skipping them.
+	named bool
 
 	// A private server, nil when none was started.
 	proc   *exec.Cmd
@@ -61,6 +64,9 @@ var pg struct {
 func postgresDB(t *testing.T) *sql.DB {
 	t.Helper()
 	pg.once.Do(findPostgres)
+	if pg.admin == nil && pg.named {
+		t.Fatalf("the PostgreSQL the environment names: %v", pg.err)
+	}
 	if pg.admin == nil {
 		unavailable(t, requirePostgresEnv, "PostgreSQL", pg.err,
 			"Set "+postgresURLEnv+" (or PGHOST etc.) to a server's connection string, or install PostgreSQL (apt-get install postgresql) for initdb")
@@ -88,13 +94,13 @@ func postgresDB(t *testing.T) *sql.DB {
 // variables, else by starting a private server.
 func findPostgres() {
 	if u := os.Getenv(postgresURLEnv); u != "" {
-		pg.conn, pg.where = u, "$"+postgresURLEnv
+		pg.conn, pg.where, pg.named = u, "$"+postgresURLEnv, true
 		pg.err = connectPostgres()
 		return
 	}
 	for _, v := range pgEnvVars {
 		if os.Getenv(v) != "" {
-			pg.where = "the server of $" + v
+			pg.where, pg.named = "the server of $"+v, true
 			pg.err = connectPostgres()
 			return
 		}
