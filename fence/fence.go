@@ -199,6 +199,13 @@ func (t *Table) Create(ctx context.Context, ex Execer) error {
 // database is locked by the first write, so give the connection a busy
 // timeout, and begin the transaction with BEGIN IMMEDIATE (modernc.org's
 // driver: _txlock=immediate) or call Check first.
+//
+// When ctx ends while Check waits for another transaction's row lock, the
+// driver cancels the statement and Check returns an error matching ctx's
+// (with PostgreSQL and pgx, TestCheckCancelledWhileWaiting): nothing was
+// recorded, and the transaction, which database/sql rolls back when the
+// context given to BeginTx ends, must not be committed. Check may be
+// called from many goroutines at once, each with its own transaction.
 func (t *Table) Check(ctx context.Context, ex Execer, resource string, fence int64) error {
 	if err := t.checkArgs(ex, resource, fence); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -268,4 +269,57 @@ func mustTable(t *testing.T, d fence.Dialect, name string) *fence.Table {
 		t.Fatal(err)
 	}
 	return tbl
+}
+
+// TestCheckCancelledWhileWaiting shows a Check whose context ends while
+// it waits for another transaction's row lock: it returns the context's
+// error, and leaves the fence as the other transaction leaves it.
+func TestCheckCancelledWhileWaiting(t *testing.T) {
+	b := backend{dialect: fence.Postgres, db: postgresDB(t)}
+	ctx := t.Context()
+	if err := fence.CreateTable(ctx, b.db, b.dialect); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback()
+	if err := fence.Check(ctx, first, b.dialect, "job", 10); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pid := b.backendPID(t, conn)
+	waitCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		tx, err := conn.BeginTx(waitCtx, nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer tx.Rollback()
+		if err := fence.Check(waitCtx, tx, b.dialect, "job", 20); err != nil {
+			done <- err
+			return
+		}
+		done <- tx.Commit()
+	}()
+	b.waitLockWait(t, pid)
+	cancel()
+	err = <-done
+	if !errors.Is(err, context.Canceled) || errors.Is(err, fence.ErrStaleFence) {
+		t.Fatalf("a Check cancelled while waiting: got %v, want context.Canceled", err)
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.storedFence(t, fence.DefaultTable, "job"); got != 10 {
+		t.Errorf("stored fence %d, want 10: the cancelled check changed it", got)
+	}
 }
