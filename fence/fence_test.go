@@ -618,3 +618,105 @@ func TestFenceSurvivesRedisRestart(t *testing.T) {
 		t.Logf("fence before the restart %d, after %d", old.Fence(), next.Fence())
 	})
 }
+
+// waitSomeoneWaits waits until the server shows a session waiting for a
+// row lock, or fails t after 10s. SQLite shows nothing: it returns at once.
+func (b backend) waitSomeoneWaits(t *testing.T) {
+	t.Helper()
+	var query string
+	switch b.dialect {
+	case fence.Postgres:
+		query = "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+	case fence.MySQL:
+		query = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+	default:
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := b.db.QueryRowContext(t.Context(), query).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no session waits for a row lock after 10s")
+		}
+		time.Sleep(150 * time.Millisecond) // see waitLockWait for MySQL's 100ms
+	}
+}
+
+// TestHolderPausedInsideTransaction is the other place a holder can be
+// paused: after its Check passed, inside its open transaction. Its check
+// holds the fence row, so the next holder's write waits for the paused
+// transaction to end; the paused holder's writes then commit first, in
+// fence order, and the next holder's overwrite them.
+func TestHolderPausedInsideTransaction(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		b.createInvoices(t)
+		srv := redistest.New(t)
+		pause := &pauseHook{resume: make(chan struct{})}
+		slowLocker := fencingLocker(t, newClient(t, srv, pause))
+		nextLocker := fencingLocker(t, newClient(t, srv))
+
+		paused := make(chan int64, 1)
+		slowDone := make(chan error, 1)
+		go func() {
+			var writeErr error
+			_ = slowLocker.WithLock(ctx, "invoice:7", func(ctx context.Context) error {
+				f := locksmith.LockFromContext(ctx).Fence()
+				writeErr = b.tx(context.Background(), func(tx *sql.Tx) error {
+					if err := fence.Check(ctx, tx, b.dialect, "invoice:7", f); err != nil {
+						return err
+					}
+					pause.paused.Store(true)
+					paused <- f
+					<-pause.resume // frozen inside the transaction, past the lock's TTL
+					if _, err := tx.Exec(b.q("UPDATE invoices SET status = ?, fence = ? WHERE id = 'invoice:7'"), "draft", f); err != nil {
+						return err
+					}
+					_, err := tx.Exec(b.q("INSERT INTO audit (invoice, status, fence) VALUES ('invoice:7', ?, ?)"), "draft", f)
+					return err
+				})
+				return writeErr
+			}, locksmith.WithTTL(300*time.Millisecond))
+			slowDone <- writeErr
+		}()
+		slowFence := <-paused
+
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		next, err := nextLocker.Obtain(waitCtx, "invoice:7", locksmith.WithTTL(10*time.Second),
+			locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		if err != nil {
+			t.Fatalf("the next holder: %v", err)
+		}
+		defer next.Release(ctx)
+		nextDone := make(chan error, 1)
+		go func() { nextDone <- b.writeInvoice(ctx, next.Fence(), "paid") }()
+		b.waitSomeoneWaits(t)
+		select {
+		case err := <-nextDone:
+			// (On SQLite the next holder's BEGIN IMMEDIATE is what waits.)
+			t.Fatalf("the next holder's write ended (%v) while the paused transaction was open", err)
+		default:
+		}
+
+		close(pause.resume)
+		if err := <-slowDone; err != nil {
+			t.Fatalf("the paused holder's transaction, checked before the next holder's: %v", err)
+		}
+		if err := <-nextDone; err != nil {
+			t.Fatalf("the next holder's write: %v", err)
+		}
+		if status, f := b.invoice(t); status != "paid" || f != next.Fence() {
+			t.Errorf("invoice: %q at fence %d, want \"paid\" at %d", status, f, next.Fence())
+		}
+		if statuses, fences := b.audit(t); !slices.Equal(statuses, []string{"draft", "paid"}) || !slices.Equal(fences, []int64{slowFence, next.Fence()}) {
+			t.Errorf("audit log %v at fences %v, want the paused holder's write, then the next holder's", statuses, fences)
+		}
+	})
+}
