@@ -556,8 +556,8 @@ func TestConcurrentWriters(t *testing.T) {
 			allRefused += len(refused)
 			highest = top
 		}
-		t.Logf("%d rounds of %d concurrent writers: %d writes committed, each above the one before, %d refused with ErrStaleFence",
-			rounds, writers, allCommitted, allRefused)
+		t.Logf("%v: %d rounds of %d concurrent writers: %d writes committed, each above the one before, %d refused with ErrStaleFence",
+			b.dialect, rounds, writers, allCommitted, allRefused)
 	})
 }
 
