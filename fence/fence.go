@@ -188,7 +188,9 @@ func (t *Table) Create(ctx context.Context, ex Execer) error {
 // token this one left if it committed, or the one before if it rolled
 // back. Call Check before the writes it guards, in the same transaction:
 // the transaction's writes then either commit with the highest token, or
-// not at all. Checks of different resources do not wait for each other.
+// not at all. In PostgreSQL, Checks of different resources do not wait
+// for each other; in SQLite every writer waits for the database lock, and
+// in MySQL a first Check of a new resource may wait on InnoDB's gap locks.
 //
 // In PostgreSQL's REPEATABLE READ and SERIALIZABLE isolation levels, a
 // Check that waited for a concurrent one which committed fails with a
