@@ -73,3 +73,22 @@ func Example() {
 	// without fencing: true
 	// status: paid, receipt sent
 }
+
+// A fence table of another name, here in the schema billing, and the
+// statement for the migration that creates it.
+func ExampleNewTable() {
+	fences, err := fence.NewTable(fence.Postgres, "billing.fences")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(fences.Schema())
+
+	_, err = fence.NewTable(fence.Postgres, "fences; DROP TABLE invoices")
+	fmt.Println(errors.Is(err, fence.ErrInvalidArgument))
+	// Output:
+	// CREATE TABLE IF NOT EXISTS billing.fences (
+	// 	resource TEXT PRIMARY KEY,
+	// 	fence    BIGINT NOT NULL
+	// )
+	// true
+}
