@@ -60,7 +60,7 @@ func (q *quorum) holders(t *testing.T, key, token string) int {
 func TestQuorumBasics(t *testing.T) {
 	q := newQuorum(t)
 	ctx := t.Context()
-	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second))
+	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second), locksmith.WithMaxTTL(time.Minute))
 	key := uniqueKey(t)
 	lk, err := l.Obtain(ctx, key)
 	require.NoError(t, err)
@@ -313,7 +313,11 @@ func TestQuorumClose(t *testing.T) {
 	ctx := t.Context()
 	clients := q.clients(t)
 	ignore := goleak.IgnoreCurrent()
-	l := locksmith.NewQuorum(clients, locksmith.WithTTL(time.Minute))
+	opts := []locksmith.Option{locksmith.WithTTL(time.Minute)}
+	for _, s := range q.servers {
+		opts = append(opts, locksmith.WithPersistentMaster(s.Addr))
+	}
+	l := locksmith.NewQuorum(clients, opts...)
 	var locks []*locksmith.Lock
 	for range 3 {
 		lk, err := l.Obtain(ctx, uniqueKey(t))

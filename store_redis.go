@@ -15,6 +15,9 @@ import (
 // cluster, reached through one go-redis client.
 type redisStore struct {
 	topology // on Redis Cluster, announce with SPUBLISH
+	// guard keeps masters that restarted recently out of acquires and
+	// renewals (see store_guard.go); nil without the restart guard.
+	guard *guard
 }
 
 func (redisStore) allows(usage) error { return nil }
@@ -34,6 +37,14 @@ var (
 )
 
 func (s redisStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
+	if s.guard == nil {
+		return s.acquireUnguarded(ctx, req)
+	}
+	return s.guarded(ctx, &req.lockRef, req.ttlMS, s, func() (acquireRes, error) { return s.acquireUnguarded(ctx, req) })
+}
+
+// acquireUnguarded is acquire without the restart guard.
+func (s redisStore) acquireUnguarded(ctx context.Context, req acquireReq) (acquireRes, error) {
 	if req.replicas == 0 && !req.fenced() {
 		switch req.mode {
 		case plainOnce:
@@ -75,7 +86,7 @@ func (s redisStore) acquireQueued(ctx context.Context, req acquireReq) (acquireR
 		return queuedReply(script.send(ctx, c, args).Result())
 	}, func() (acquireRes, error) {
 		req.queue = false
-		return s.acquire(ctx, req)
+		return s.acquireUnguarded(ctx, req)
 	})
 }
 
@@ -114,7 +125,7 @@ func queuedReply(v any, err error) (acquireRes, error) {
 // error means that it wrote nothing, as for a single command (see
 // mayHaveLanded).
 func (s redisStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
-	return s.tryOnce(ctx, req, tryArgs(req))
+	return s.tryUnguarded(ctx, req, tryArgs(req))
 }
 
 // tryArgs lays out lock_try.lua's arguments for req, for tryLua.send.
@@ -125,6 +136,14 @@ func tryArgs(req acquireReq) []any {
 // tryOnce is acquireOnce with lock_try.lua's arguments for req laid out by
 // tryArgs, which it only reads: the masters of a quorum share them.
 func (s redisStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
+	if s.guard == nil {
+		return s.tryUnguarded(ctx, req, args)
+	}
+	return s.guarded(ctx, &req.lockRef, req.ttlMS, s, func() (acquireRes, error) { return s.tryUnguarded(ctx, req, args) })
+}
+
+// tryUnguarded is tryOnce without the restart guard.
+func (s redisStore) tryUnguarded(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
 	v, err := tryLua.send(ctx, s.client, args).Result()
 	if err != nil {
 		return acquireRes{}, err
@@ -157,7 +176,7 @@ func (s redisStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRe
 		return acquireRes{}, err
 	}
 	req.mode = scripted
-	return s.acquire(ctx, req)
+	return s.acquireUnguarded(ctx, req)
 }
 
 // acquireReplicated sends the acquire and a WAIT for the replicas in one
@@ -259,6 +278,14 @@ func (s redisStore) publish() any {
 var publishCmd, spublishCmd any = "publish", "spublish"
 
 func (s redisStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
+	if s.guard == nil {
+		return s.refreshUnguarded(ctx, ref, ttl)
+	}
+	return s.refreshGuarded(ctx, &ref, func() (bool, error) { return s.refreshUnguarded(ctx, ref, ttl) })
+}
+
+// refreshUnguarded is refresh without the restart guard.
+func (s redisStore) refreshUnguarded(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
 	args := []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}
 	if ref.leader != "" {
 		args = []any{nil, nil, 2, ref.lockKey, ref.leader, ref.token, ttl.Milliseconds()}

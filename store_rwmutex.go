@@ -26,6 +26,16 @@ var noIntentMS any = int64(0)
 // the member, "r:" or "w:" and the token), with the TTL; a writer that
 // finds the lock taken leaves an intent when intent is set.
 func (s redisStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error) {
+	if s.guard == nil {
+		return s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
+	}
+	return s.guarded(ctx, &ref, ttlMS, s.rwHandles(), func() (acquireRes, error) {
+		return s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
+	})
+}
+
+// acquireRWUnguarded is acquireRW without the restart guard.
+func (s redisStore) acquireRWUnguarded(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error) {
 	life := noIntentMS
 	if intent {
 		life = rwIntentLifeMS

@@ -32,6 +32,16 @@ type permitReq struct {
 }
 
 func (s redisStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
+	if s.guard == nil {
+		return s.acquirePermitUnguarded(ctx, req)
+	}
+	return s.guarded(ctx, &req.lockRef, req.ttlMS, s.permits(), func() (acquireRes, error) {
+		return s.acquirePermitUnguarded(ctx, req)
+	})
+}
+
+// acquirePermitUnguarded is acquirePermit without the restart guard.
+func (s redisStore) acquirePermitUnguarded(ctx context.Context, req permitReq) (acquireRes, error) {
 	var (
 		res acquireRes
 		err error
