@@ -35,9 +35,19 @@ import (
 //   - TTL reports how long a majority will still hold the lock.
 //
 // A master that restarts without persistence forgets the locks it held,
-// which can let a second holder gather a majority. Keep such a master out
-// of service for at least the longest TTL in use before it rejoins (or run
-// it with persistence that fsyncs every write).
+// which could let a second holder gather a majority. The Locker keeps the
+// restart guard on (see WithRestartGuard): a master counts only once it
+// has been up for the Locker's maximum TTL (WithMaxTTL; by default the
+// Locker's default TTL, and a call asking for a longer TTL is refused
+// with ErrInvalidArgument), read from the server itself when each
+// connection is made. Until then its answers count for nothing: an
+// acquire that needs it fails with an error matching ErrNotObtained and
+// ErrRestarted, naming the masters left out and how long each stays out
+// (a waiting Obtain waits them out), and its renewals fail there. So a
+// deployment just started is unavailable for that long too. Name the
+// masters that persist every write (appendfsync always) with
+// WithPersistentMaster to let them count at once. Each client must be a
+// *redis.Client, and its Redis user allowed INFO.
 //
 // Fencing (WithFencing) is refused with ErrInvalidArgument: independent
 // counters cannot give strictly increasing tokens without a second round
