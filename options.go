@@ -393,8 +393,12 @@ func WithMaxTTL(d time.Duration) Option {
 // restart: the promoted replica's process has been up all along (its
 // run_id differs, its uptime is its own), so it counts at once unless it
 // was itself started less than the maximum TTL ago. On Cluster the guard
-// watches the master of each key's slot. It is an option of New only:
-// given to a single call it is refused with ErrInvalidArgument.
+// watches the master of each key's slot. It checks the acquires of every
+// kind of hold and the renewals of locks and terms; the renewals of a
+// semaphore's permits and of read-write holds are not checked (on a
+// restarted server without persistence they are gone anyway). It is an
+// option of New only: given to a single call it is refused with
+// ErrInvalidArgument; NewQuorum ignores it (a quorum always has it).
 func WithRestartGuard() Option {
 	return Option{kind: optRestartGuard}
 }

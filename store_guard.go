@@ -295,38 +295,51 @@ func (g *guard) after(u *upState) *RestartError {
 	return u.outOfService(time.Now(), g.maxTTL)
 }
 
-// guarded runs send, an attempt on ref's lock, past s's guard, if s has
-// one. A master out of service is refused as a lock held by someone else
-// for as long as it stays out (res.outOfService says why, and
-// res.holderTTL how long, negative when unknown), so that a caller that
-// waits tries again when it rejoins. An attempt that the guard refuses
-// only once its reply is in (a restart seen during the call) is undone
-// first with cleanup's withdraw (its release where waiters are not
-// queued), as a failed acquire is (see deleteIfOwned).
-func (s redisStore) guarded(ctx context.Context, ref *lockRef, ttlMS any, cleanup handleStore,
-	send func() (acquireRes, error)) (acquireRes, error) {
-	if s.guard == nil {
-		return send()
-	}
+// An attempt on a store with a guard goes past it in two steps, around
+// the attempt itself (no closure, so that guarding allocates nothing):
+//
+//	u, res, done, err := s.admit(ctx, &ref)
+//	if done { return res, err }
+//	res, err = send()
+//	return s.settleGuarded(ctx, u, &ref, ttlMS, cleanup, res, err)
+//
+// A master out of service is refused as a lock held by someone else for
+// as long as it stays out (res.outOfService says why, and res.holderTTL
+// how long, negative when unknown), so that a caller that waits tries
+// again when it rejoins.
+
+// admit is the first step: done is set when the attempt must not be sent,
+// with its outcome.
+func (s redisStore) admit(ctx context.Context, ref *lockRef) (u *upState, res acquireRes, done bool, err error) {
 	u, out, err := s.guard.before(ctx, s, ref.key)
-	if err != nil {
-		return acquireRes{}, err
+	switch {
+	case err != nil:
+		return nil, acquireRes{}, true, err
+	case out != nil:
+		return nil, out.refusal(), true, nil
 	}
+	return u, acquireRes{}, false, nil
+}
+
+// settleGuarded is the second step, once the attempt's reply (res or err)
+// is in. An attempt that the guard refuses only now (a restart seen during
+// the call) is undone first with cleanup's withdraw (its release where
+// waiters are not queued), as a failed acquire is (see deleteIfOwned).
+func (s redisStore) settleGuarded(ctx context.Context, u *upState, ref *lockRef, ttlMS any, cleanup handleStore,
+	res acquireRes, err error) (acquireRes, error) {
+	out := s.guard.after(u)
 	if out == nil {
-		res, err := send()
-		if out = s.guard.after(u); out == nil {
-			return res, err
+		return res, err
+	}
+	if err == nil && res.ok || err != nil && mayHaveLanded(err) {
+		ms, _ := ttlMS.(int64)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
+		if ref.queue == "" {
+			_, _ = cleanup.release(cctx, *ref)
+		} else {
+			_, _ = cleanup.withdraw(cctx, *ref, ms)
 		}
-		if err == nil && res.ok || err != nil && mayHaveLanded(err) {
-			ms, _ := ttlMS.(int64)
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
-			if ref.queue == "" {
-				_, _ = cleanup.release(cctx, *ref)
-			} else {
-				_, _ = cleanup.withdraw(cctx, *ref, ms)
-			}
-			cancel()
-		}
+		cancel()
 	}
 	return out.refusal(), nil
 }
@@ -340,21 +353,12 @@ func (e *RestartError) refusal() acquireRes {
 	return acquireRes{holderTTL: ttl, outOfService: e}
 }
 
-// refreshGuarded runs send, a refresh on ref's lock, past s's guard: a
-// master out of service does not count, and its answer is an error.
-func (s redisStore) refreshGuarded(ctx context.Context, ref *lockRef, send func() (bool, error)) (bool, error) {
-	if s.guard == nil {
-		return send()
+// refreshChecked is what a refresh on a store with a guard returns once
+// its reply (ok or err) is in: a master out of service does not count,
+// and its answer is an error. (Before it is sent, admit refuses it.)
+func (s redisStore) refreshChecked(u *upState, ok bool, err error) (bool, error) {
+	if out := s.guard.after(u); out != nil {
+		return false, out
 	}
-	u, out, err := s.guard.before(ctx, s, ref.key)
-	if err != nil {
-		return false, err
-	}
-	if out == nil {
-		ok, err := send()
-		if out = s.guard.after(u); out == nil {
-			return ok, err
-		}
-	}
-	return false, out
+	return ok, err
 }

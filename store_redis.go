@@ -40,7 +40,12 @@ func (s redisStore) acquire(ctx context.Context, req acquireReq) (acquireRes, er
 	if s.guard == nil {
 		return s.acquireUnguarded(ctx, req)
 	}
-	return s.guarded(ctx, &req.lockRef, req.ttlMS, s, func() (acquireRes, error) { return s.acquireUnguarded(ctx, req) })
+	u, res, done, err := s.admit(ctx, &req.lockRef)
+	if done {
+		return res, err
+	}
+	res, err = s.acquireUnguarded(ctx, req)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, s, res, err)
 }
 
 // acquireUnguarded is acquire without the restart guard.
@@ -139,7 +144,12 @@ func (s redisStore) tryOnce(ctx context.Context, req acquireReq, args []any) (ac
 	if s.guard == nil {
 		return s.tryUnguarded(ctx, req, args)
 	}
-	return s.guarded(ctx, &req.lockRef, req.ttlMS, s, func() (acquireRes, error) { return s.tryUnguarded(ctx, req, args) })
+	u, res, done, err := s.admit(ctx, &req.lockRef)
+	if done {
+		return res, err
+	}
+	res, err = s.tryUnguarded(ctx, req, args)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, s, res, err)
 }
 
 // tryUnguarded is tryOnce without the restart guard.
@@ -281,7 +291,15 @@ func (s redisStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration)
 	if s.guard == nil {
 		return s.refreshUnguarded(ctx, ref, ttl)
 	}
-	return s.refreshGuarded(ctx, &ref, func() (bool, error) { return s.refreshUnguarded(ctx, ref, ttl) })
+	u, res, done, err := s.admit(ctx, &ref)
+	if done {
+		if err == nil {
+			err = res.outOfService
+		}
+		return false, err
+	}
+	ok, err := s.refreshUnguarded(ctx, ref, ttl)
+	return s.refreshChecked(u, ok, err)
 }
 
 // refreshUnguarded is refresh without the restart guard.

@@ -29,9 +29,12 @@ func (s redisStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inten
 	if s.guard == nil {
 		return s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
 	}
-	return s.guarded(ctx, &ref, ttlMS, s.rwHandles(), func() (acquireRes, error) {
-		return s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
-	})
+	u, res, done, err := s.admit(ctx, &ref)
+	if done {
+		return res, err
+	}
+	res, err = s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
+	return s.settleGuarded(ctx, u, &ref, ttlMS, s.rwHandles(), res, err)
 }
 
 // acquireRWUnguarded is acquireRW without the restart guard.

@@ -35,9 +35,12 @@ func (s redisStore) acquirePermit(ctx context.Context, req permitReq) (acquireRe
 	if s.guard == nil {
 		return s.acquirePermitUnguarded(ctx, req)
 	}
-	return s.guarded(ctx, &req.lockRef, req.ttlMS, s.permits(), func() (acquireRes, error) {
-		return s.acquirePermitUnguarded(ctx, req)
-	})
+	u, res, done, err := s.admit(ctx, &req.lockRef)
+	if done {
+		return res, err
+	}
+	res, err = s.acquirePermitUnguarded(ctx, req)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, s.permits(), res, err)
 }
 
 // acquirePermitUnguarded is acquirePermit without the restart guard.
