@@ -86,7 +86,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		nodes[i] = newRedisStore(topologyOf(c))
 		var err error
 		if nodes[i].guard, err = l.cfg.newGuard(topologyOf(c)); err != nil {
-			l.err = fmt.Errorf("Redis client %d of the quorum: %w", i, err)
+			l.err = fmt.Errorf("quorum client %d: %w", i, err)
 			return l
 		}
 	}
