@@ -301,7 +301,7 @@ func (g *guard) after(u *upState) *RestartError {
 //	u, res, done, err := s.admit(ctx, &ref)
 //	if done { return res, err }
 //	res, err = send()
-//	return s.settleGuarded(ctx, u, &ref, ttlMS, cleanup, res, err)
+//	return s.settleGuarded(ctx, u, &ref, ttlMS, heldAsLock, res, err)
 //
 // A master out of service is refused as a lock held by someone else for
 // as long as it stays out (res.outOfService says why, and res.holderTTL
@@ -323,15 +323,23 @@ func (s redisStore) admit(ctx context.Context, ref *lockRef) (u *upState, res ac
 
 // settleGuarded is the second step, once the attempt's reply (res or err)
 // is in. An attempt that the guard refuses only now (a restart seen during
-// the call) is undone first with cleanup's withdraw (its release where
-// waiters are not queued), as a failed acquire is (see deleteIfOwned).
-func (s redisStore) settleGuarded(ctx context.Context, u *upState, ref *lockRef, ttlMS any, cleanup handleStore,
+// the call) is undone first with the withdraw of the handles h says (their
+// release where waiters are not queued), as a failed acquire is (see
+// deleteIfOwned).
+func (s redisStore) settleGuarded(ctx context.Context, u *upState, ref *lockRef, ttlMS any, h heldAs,
 	res acquireRes, err error) (acquireRes, error) {
 	out := s.guard.after(u)
 	if out == nil {
 		return res, err
 	}
 	if err == nil && res.ok || err != nil && mayHaveLanded(err) {
+		var cleanup handleStore = s
+		switch h {
+		case heldAsPermit:
+			cleanup = s.permits()
+		case heldAsRW:
+			cleanup = s.rwHandles()
+		}
 		ms, _ := ttlMS.(int64)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
 		if ref.queue == "" {
@@ -343,6 +351,17 @@ func (s redisStore) settleGuarded(ctx context.Context, u *upState, ref *lockRef,
 	}
 	return out.refusal(), nil
 }
+
+// heldAs says what handles of an attempt's holds run on, for
+// settleGuarded's cleanup: chosen there, so that a steady-state attempt
+// makes no handleStore.
+type heldAs int
+
+const (
+	heldAsLock   heldAs = iota // the store itself
+	heldAsPermit               // permits()
+	heldAsRW                   // rwHandles()
+)
 
 // refusal is the outcome of an attempt refused for e.
 func (e *RestartError) refusal() acquireRes {

@@ -45,7 +45,7 @@ func (s redisStore) acquire(ctx context.Context, req acquireReq) (acquireRes, er
 		return res, err
 	}
 	res, err = s.acquireUnguarded(ctx, req)
-	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, s, res, err)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, heldAsLock, res, err)
 }
 
 // acquireUnguarded is acquire without the restart guard.
@@ -149,7 +149,7 @@ func (s redisStore) tryOnce(ctx context.Context, req acquireReq, args []any) (ac
 		return res, err
 	}
 	res, err = s.tryUnguarded(ctx, req, args)
-	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, s, res, err)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, heldAsLock, res, err)
 }
 
 // tryUnguarded is tryOnce without the restart guard.

@@ -34,7 +34,7 @@ func (s redisStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, inten
 		return res, err
 	}
 	res, err = s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
-	return s.settleGuarded(ctx, u, &ref, ttlMS, s.rwHandles(), res, err)
+	return s.settleGuarded(ctx, u, &ref, ttlMS, heldAsRW, res, err)
 }
 
 // acquireRWUnguarded is acquireRW without the restart guard.

@@ -40,7 +40,7 @@ func (s redisStore) acquirePermit(ctx context.Context, req permitReq) (acquireRe
 		return res, err
 	}
 	res, err = s.acquirePermitUnguarded(ctx, req)
-	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, s.permits(), res, err)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, heldAsPermit, res, err)
 }
 
 // acquirePermitUnguarded is acquirePermit without the restart guard.
