@@ -102,7 +102,8 @@ func (maxHoldError) Is(target error) bool { return target == ErrLockLost }
 // out until a reading succeeds, and StaysOut is zero). It matches
 // ErrRestarted.
 type RestartError struct {
-	// Master is the master's address, as its client dials it.
+	// Master is the master's address, as its client dials it, or "of
+	// the Sentinel group" for a failover client's master.
 	Master string
 	// RunID is the master's run_id (it changes with every start of the
 	// server process); "" when Err is set.

@@ -405,7 +405,8 @@ func WithRestartGuard() Option {
 
 // WithPersistentMaster tells the restart guard that the master at addr
 // (the address its client dials, redis.Options.Addr, or a Cluster node's
-// address) persists every write before it answers (appendonly yes,
+// address; for Sentinel, "FailoverClient", go-redis's name for the
+// group's master) persists every write before it answers (appendonly yes,
 // appendfsync always), so a restart loses no lock: it counts at once.
 // Give it once per such master, to New or NewQuorum only; a single call
 // refuses it with ErrInvalidArgument.

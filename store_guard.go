@@ -151,6 +151,10 @@ func (u *upState) outOfService(now time.Time, maxTTL time.Duration) *RestartErro
 	return &RestartError{Master: u.addr, RunID: u.runID, Up: max(up, 0), StaysOut: maxTTL - max(up, 0)}
 }
 
+// failoverAddr is the Addr go-redis gives the options of a failover
+// client (redis.NewFailoverClient).
+const failoverAddr = "FailoverClient"
+
 // uptimes holds the upState of every client the guard watches, by the
 // client's own options (which NewClient copies from the caller's): one
 // OnConnect wrapper per client, however many Lockers use it. An entry
@@ -179,6 +183,10 @@ func uptimeOf(c *redis.Client) *upState {
 		uptimes.m = make(map[weak.Pointer[redis.Options]]*upState)
 	}
 	u := &upState{addr: opt.Addr}
+	if opt.Addr == failoverAddr {
+		// A failover client dials whichever master Sentinel names.
+		u.addr = "of the Sentinel group"
+	}
 	next := opt.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if next != nil {
