@@ -139,6 +139,11 @@ func TestRestartGuardOneServer(t *testing.T) {
 
 	_, err := l.Obtain(ctx, key)
 	requireOut(t, err, []string{srv.Addr}, nil)
+	// Every kind of hold is refused alike.
+	_, err = l.Semaphore(uniqueKey(t), 2).Acquire(ctx)
+	requireOut(t, err, []string{srv.Addr}, nil)
+	_, err = l.RWMutex(uniqueKey(t)).ObtainWrite(ctx)
+	requireOut(t, err, []string{srv.Addr}, nil)
 	lk := untilCounted(t, l, key)
 	lctx := lk.Lease(ctx)
 
