@@ -396,18 +396,38 @@ func TestRestartGuardKeepsUsersOnConnect(t *testing.T) {
 	require.NotErrorIs(t, err, locksmith.ErrNotObtained)
 }
 
-// TestRestartGuardWithoutInfo: a user who may not run INFO gets masters
-// that never count, and errors that say why (the guard fails closed).
+// TestRestartGuardWithoutInfo: the guard reads uptimes with INFO. A user
+// who may not run it is told on the Locker's first call, before anything
+// is written (ErrNoPermission, as for any command the calls need). A user
+// who loses the right later, whose new connections cannot read the
+// uptime, gets masters that count for nothing, and errors that say why:
+// the guard fails closed.
 func TestRestartGuardWithoutInfo(t *testing.T) {
 	srv := redistest.New(t)
 	ctx := t.Context()
 	admin := srv.Client(t)
-	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info").Err())
+	setUser := func(rules ...any) {
+		require.NoError(t, admin.Do(ctx, append([]any{"ACL", "SETUSER", "guarded", "on", ">pw", "~*", "&*", "+@all"}, rules...)...).Err())
+	}
+	setUser("-info")
 	opt := srv.Options()
-	opt.Username, opt.Password = "noinfo", "pw"
+	opt.Username, opt.Password = "guarded", "pw"
+	key := uniqueKey(t)
+	_, err := newLocker(t, newClient(t, opt, nil), locksmith.WithRestartGuard(), locksmith.WithTTL(guardTTL)).Obtain(ctx, key)
+	require.ErrorIs(t, err, locksmith.ErrNoPermission)
+	require.ErrorContains(t, err, "INFO server")
+	require.Zero(t, admin.Exists(ctx, key).Val())
+
+	setUser("+info")
 	l := newLocker(t, newClient(t, opt, nil), locksmith.WithRestartGuard(), locksmith.WithTTL(guardTTL))
-	_, err := l.Obtain(ctx, uniqueKey(t))
-	require.ErrorIs(t, err, locksmith.ErrRestarted)
-	require.ErrorContains(t, err, fmt.Sprintf("master %s does not count until its uptime is read", srv.Addr))
-	require.True(t, strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "no permission"), err.Error())
+	require.NoError(t, untilCounted(t, l, uniqueKey(t)).Release(ctx))
+	setUser("-info")
+	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "USER", "guarded").Err())
+	for range 2 { // the first on a new connection, the second asks first
+		_, err = l.Obtain(ctx, uniqueKey(t))
+		require.ErrorIs(t, err, locksmith.ErrNotObtained)
+		require.ErrorIs(t, err, locksmith.ErrRestarted)
+		require.ErrorContains(t, err, fmt.Sprintf("master %s does not count until its uptime is read", srv.Addr))
+		require.True(t, strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "no permission"), err.Error())
+	}
 }
