@@ -44,6 +44,9 @@ func TestRestartGuardCluster(t *testing.T) {
 		require.NoError(t, untilCounted(t, l, k).Release(ctx))
 	}
 
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	waitUptime(t, masters, 2) // so that new connections to the others cannot make them look out
 	require.NoError(t, masterA.Restart())
 	// Until the cluster takes the restarted node back, the error may be
 	// the cluster's; then it is the guard's.
