@@ -24,6 +24,7 @@ const (
 	needSemaphore                  // a semaphore's commands and the scripts: Semaphore calls
 	needRW                         // a read-write lock's commands and the scripts: RWMutex calls
 	needElection                   // an election's proclaimed value: Election calls
+	needUptime                     // INFO server: a store with a restart guard adds it (see check)
 )
 
 // letters returns n as acl_probe.lua takes it.
@@ -32,7 +33,7 @@ func (n need) letters() string {
 	for _, c := range []struct {
 		n      need
 		letter byte
-	}{{needLock, 'l'}, {needSemaphore, 's'}, {needRW, 'w'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}, {needElection, 'e'}} {
+	}{{needLock, 'l'}, {needSemaphore, 's'}, {needRW, 'w'}, {needQueue, 'q'}, {needFence, 'f'}, {needOnce, 'o'}, {needAnnounce, 'a'}, {needInspect, 'i'}, {needElection, 'e'}, {needUptime, 'u'}} {
 		if n&c.n != 0 {
 			b.WriteByte(c.letter)
 		}
@@ -128,6 +129,10 @@ func (l *Locker) Check(ctx context.Context) error {
 }
 
 func (s redisStore) check(ctx context.Context, k Keys, n need) ([]string, error) {
+	if s.guard != nil {
+		// The restart guard reads each master's uptime (store_guard.go).
+		n |= needUptime
+	}
 	sub := "subscribe"
 	if s.sharded() {
 		sub = "ssubscribe"

@@ -2,6 +2,7 @@ package locksmith
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
@@ -53,9 +54,9 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
 	if !wait {
-		lk, _, err := a.try(ctx, plainOnce, newToken(cfg), false, nil)
+		lk, res, err := a.try(ctx, plainOnce, newToken(cfg), false, nil)
 		if lk == nil && err == nil {
-			err = k.busy(key)
+			err = refusedErr(k, key, res)
 		}
 		return lk, tries{attempts: 1}, err
 	}
@@ -165,6 +166,7 @@ func newBackoff(s RetryStrategy) Backoff {
 func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, delay time.Duration, w *notify.Waiter, tr tries) (*Lock, tries, error) {
 	key := a.key
 	defer a.leave(ctx, w)
+	var last acquireRes // the last refused attempt's outcome, for its error
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
 	defer timer.Stop()
@@ -205,7 +207,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, dela
 				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
-					return nil, tr, a.kind.busy(key)
+					return nil, tr, refusedErr(a.kind, key, last)
 				}
 				slotEnd = now.Add(max(d, 0))
 				continue
@@ -232,6 +234,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, dela
 			l.notify.Won(w, lk.Deadline(), res.more)
 			return lk, tr, nil
 		}
+		last = res
 		l.notify.Lost(w, res.attempt(), start)
 		// The strategy's budget is its delays: an attempt made within a
 		// slot, because of an announcement or the holder's TTL, leaves
@@ -239,9 +242,20 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, dela
 		if now := time.Now(); !now.Before(slotEnd) {
 			d, ok := backoff.Next()
 			if !ok {
-				return nil, tr, a.kind.busy(key)
+				return nil, tr, refusedErr(a.kind, key, last)
 			}
 			slotEnd = now.Add(max(d, 0))
 		}
 	}
+}
+
+// refusedErr is the error of a call for key whose last attempt was
+// refused as res says: the kind's, or, when the restart guard refused it,
+// one that matches ErrNotObtained and says which masters stay out, and
+// for how long.
+func refusedErr(k kind, key string, res acquireRes) error {
+	if res.outOfService != nil {
+		return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, res.outOfService)
+	}
+	return k.busy(key)
 }

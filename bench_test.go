@@ -198,6 +198,52 @@ func BenchmarkQuorumUncontended(b *testing.B) {
 	}
 }
 
+// BenchmarkQuorumUncontendedGuarded is BenchmarkQuorumUncontended with
+// the restart guard watching every master (the default of NewQuorum),
+// once the masters have been up for the maximum TTL: the steady state,
+// whose acquires send nothing more.
+func BenchmarkQuorumUncontendedGuarded(b *testing.B) {
+	var clients []redis.UniversalClient
+	for range 3 {
+		opt := redistest.New(b).Options()
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		b.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	l := newGuardedQuorum(b, clients, locksmith.WithTTL(2*time.Second))
+	benchGuarded(b, l, "bench:quorum-guarded")
+}
+
+// BenchmarkUncontendedGuarded is Obtain + Release on one server with
+// WithRestartGuard, in the steady state.
+func BenchmarkUncontendedGuarded(b *testing.B) {
+	srv := redistest.New(b)
+	l := newLocker(b, srv.Client(b), locksmith.WithRestartGuard(), locksmith.WithTTL(2*time.Second))
+	benchGuarded(b, l, "bench:guarded")
+}
+
+// benchGuarded waits until l's masters count, then measures Obtain and
+// Release of key.
+func benchGuarded(b *testing.B, l *locksmith.Locker, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	lk, err := l.Obtain(ctx, key, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := lk.Release(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	ctx = context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := obtainRelease(ctx, l, key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkUncontendedWaiting is Obtain + Release on a free key by a
 // caller that would wait: the waiting path's first attempt.
 func BenchmarkUncontendedWaiting(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Every error the package returns wraps at most a few of
@@ -63,6 +64,15 @@ var (
 	// nothing.
 	ErrWrongKind = errors.New("locksmith: another kind of lock is stored there")
 
+	// ErrRestarted means a master was left out of an acquire or a
+	// renewal by the restart guard (see NewQuorum and WithRestartGuard):
+	// it has been up for less than the longest TTL the Locker grants, or
+	// the guard could not read how long it has been up. Such errors are
+	// a *RestartError, which names the master and how long it stays out.
+	// An Obtain refused for it also matches ErrNotObtained: a caller that
+	// waits (WithRetry) waits it out.
+	ErrRestarted = errors.New("locksmith: master restarted too recently to count")
+
 	// ErrInvalidArgument means a key, option or argument was rejected before
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("locksmith: invalid argument")
@@ -84,3 +94,39 @@ type maxHoldError struct{}
 func (maxHoldError) Error() string { return "locksmith: lock lost: held for the maximum time" }
 
 func (maxHoldError) Is(target error) bool { return target == ErrLockLost }
+
+// A RestartError says why the restart guard left a master out: it has
+// been up for Up, less than the Locker's maximum TTL (see WithMaxTTL), and
+// stays out for StaysOut more, counted from when the error was made; or
+// the guard could not read its uptime (Err says why: the master is then
+// out until a reading succeeds, and StaysOut is zero). It matches
+// ErrRestarted.
+type RestartError struct {
+	// Master is the master's address, as its client dials it, or "of
+	// the Sentinel group" for a failover client's master.
+	Master string
+	// RunID is the master's run_id (it changes with every start of the
+	// server process); "" when Err is set.
+	RunID string
+	// Up is how long the master has been up at least, and StaysOut how
+	// much longer it stays out.
+	Up, StaysOut time.Duration
+	// Err is why the uptime is not known; nil when it is.
+	Err error
+}
+
+func (e *RestartError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("master %s does not count until its uptime is read: %v", e.Master, e.Err)
+	}
+	return fmt.Sprintf("master %s (run_id %.8s) has been up for %v, stays out for %v more",
+		e.Master, e.RunID, e.Up.Round(time.Millisecond), e.StaysOut.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrRestarted and Err, if any.
+func (e *RestartError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrRestarted, e.Err}
+	}
+	return []error{ErrRestarted}
+}

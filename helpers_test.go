@@ -343,8 +343,23 @@ func newLocker(t testing.TB, client redis.UniversalClient, opts ...locksmith.Opt
 	return l
 }
 
-// newQuorumLocker is locksmith.NewQuorum, with the Locker closed when t ends.
+// newQuorumLocker is locksmith.NewQuorum, with the Locker closed when t
+// ends, for tests of anything but the restart guard: it declares every
+// master persistent (WithPersistentMaster), so that servers the test has
+// just started count at once. The guard's tests use newGuardedQuorum.
 func newQuorumLocker(t testing.TB, clients []redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
+	var all []locksmith.Option
+	for _, c := range clients {
+		if c, ok := c.(*redis.Client); ok && c != nil {
+			all = append(all, locksmith.WithPersistentMaster(c.Options().Addr))
+		}
+	}
+	return newGuardedQuorum(t, clients, append(all, opts...)...)
+}
+
+// newGuardedQuorum is locksmith.NewQuorum, with the Locker closed when t
+// ends.
+func newGuardedQuorum(t testing.TB, clients []redis.UniversalClient, opts ...locksmith.Option) *locksmith.Locker {
 	l := locksmith.NewQuorum(clients, opts...)
 	t.Cleanup(func() { _ = l.Close() })
 	return l

@@ -105,7 +105,9 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 
 // Refresh resets the lock's time to live to ttl, if the lock is still held
 // by this handle, and moves the Deadline accordingly; later lease renewals
-// use the new TTL. ttl must be at least 1ms.
+// use the new TTL. ttl must be at least 1ms, and no longer than the
+// Locker's maximum TTL (see WithMaxTTL), or Refresh returns an error
+// matching ErrInvalidArgument and sends nothing.
 //
 // It returns an error matching ErrNotHeld, and changes nothing, when the
 // lock has expired, was released or lost, or is held by someone else. Other
@@ -116,6 +118,9 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	ttl, err := checkTTL(ttl)
 	if err != nil {
 		return err
+	}
+	if m := lk.cfg.maxTTL; m > 0 && ttl > m {
+		return fmt.Errorf("%w: TTL %v is longer than the Locker's maximum TTL %v (see WithMaxTTL)", ErrInvalidArgument, ttl, m)
 	}
 	drift := lk.cfg.driftFor(ttl)
 	if drift >= ttl {

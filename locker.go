@@ -78,11 +78,23 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	}
 	t := topologyOf(client)
 	s := newRedisStore(t)
+	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil && l.cfg.restartGuard {
+		s.guard, l.err = l.cfg.newGuard(t)
+	}
 	l.store, l.extras = s, s
-	l.err = l.cfg.apply(opts, &l.boxes)
 	l.observe(opts)
 	l.notify = l.newNotifier(t)
 	return l
+}
+
+// newGuard returns the restart guard of a store on t, with the Locker's
+// maximum TTL, which it sets to the default TTL when no WithMaxTTL gave
+// one.
+func (c *config) newGuard(t topology) (*guard, error) {
+	if c.maxTTL == 0 {
+		c.maxTTL = c.ttl
+	}
+	return newGuard(t, c.maxTTL, c.persistent)
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -193,6 +205,12 @@ func lockerOnly(opts []Option) error {
 			return fmt.Errorf("%w: WithObserver is an option of New, not of a single call", ErrInvalidArgument)
 		case optTracer:
 			return fmt.Errorf("%w: WithTracer is an option of New, not of a single call", ErrInvalidArgument)
+		case optMaxTTL:
+			return fmt.Errorf("%w: WithMaxTTL is an option of New and NewQuorum, not of a single call", ErrInvalidArgument)
+		case optRestartGuard:
+			return fmt.Errorf("%w: WithRestartGuard is an option of New, not of a single call", ErrInvalidArgument)
+		case optPersistentMaster:
+			return fmt.Errorf("%w: WithPersistentMaster is an option of New and NewQuorum, not of a single call", ErrInvalidArgument)
 		}
 	}
 	return nil

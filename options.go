@@ -52,6 +52,9 @@ const (
 	optObserver
 	optTracer
 	optMaxHold
+	optMaxTTL
+	optRestartGuard
+	optPersistentMaster
 )
 
 // apply applies one option to c.
@@ -117,6 +120,19 @@ func (o Option) apply(c *config) error {
 			return fmt.Errorf("%w: maximum hold %v is negative", ErrInvalidArgument, o.d)
 		}
 		c.maxHold = o.d
+	case optMaxTTL:
+		ttl, err := checkTTL(o.d)
+		if err != nil {
+			return fmt.Errorf("maximum TTL: %w", err)
+		}
+		c.maxTTL = ttl
+	case optRestartGuard:
+		c.restartGuard = true
+	case optPersistentMaster:
+		if o.s == "" {
+			return fmt.Errorf("%w: persistent master: empty address", ErrInvalidArgument)
+		}
+		c.persistent = append(c.persistent[:len(c.persistent):len(c.persistent)], o.s)
 	case optObserver:
 		// Taken by New (see observerOf); refused per call (see
 		// callConfigFor).
@@ -149,6 +165,13 @@ type config struct {
 	// maxHold is how long a lock may be held, from when it was obtained,
 	// before its leases stop renewing it; zero means no limit.
 	maxHold time.Duration
+	// maxTTL bounds every TTL a call may ask for (see WithMaxTTL); zero
+	// means no bound. restartGuard turns the restart guard on (always on
+	// for a quorum), and persistent names the masters it need not wait
+	// for. All three are the Locker's, never a call's.
+	maxTTL       time.Duration
+	restartGuard bool
+	persistent   []string
 	// drift is the clock-drift allowance subtracted from the TTL when the
 	// client computes how long the lock is valid; negative means the
 	// default, ttl/100 + 2ms (at most half the TTL).
@@ -189,6 +212,9 @@ func (c *config) apply(opts []Option, boxes *msBoxes) error {
 		if err := o.apply(c); err != nil {
 			return err
 		}
+	}
+	if c.maxTTL > 0 && c.ttl > c.maxTTL {
+		return fmt.Errorf("%w: TTL %v is longer than the Locker's maximum TTL %v (see WithMaxTTL)", ErrInvalidArgument, c.ttl, c.maxTTL)
 	}
 	if c.renewEvery >= c.ttl {
 		return fmt.Errorf("%w: renew interval %v must be shorter than the TTL %v", ErrInvalidArgument, c.renewEvery, c.ttl)
@@ -325,6 +351,67 @@ func WithRenewInterval(d time.Duration) Option {
 // every kind of hold: locks, permits, read and write holds, and terms.
 func WithMaxHold(d time.Duration) Option {
 	return Option{kind: optMaxHold, d: d}
+}
+
+// WithMaxTTL bounds the TTL of every hold the Locker grants: a call that
+// asks for a longer one (WithTTL on the call, Lock.Refresh with a longer
+// TTL, and so the renewals of a Lease) is refused with an error matching
+// ErrInvalidArgument and sends nothing. The restart guard (NewQuorum,
+// WithRestartGuard) keeps a restarted master out for this long. It is an
+// option of New and NewQuorum only: given to a single call it is refused
+// with ErrInvalidArgument. d must be at least 1ms and at least the
+// Locker's default TTL; sub-millisecond parts are dropped. Without it a
+// Locker with the restart guard takes its default TTL (WithTTL given to
+// New or NewQuorum, or DefaultTTL) as the bound, and a Locker without the
+// guard has no bound.
+func WithMaxTTL(d time.Duration) Option {
+	return Option{kind: optMaxTTL, d: d}
+}
+
+// WithRestartGuard turns the restart guard on for a Locker of one server,
+// Sentinel or Cluster (New); a quorum (NewQuorum) always has it. With it,
+// a master counts only once it has been up for at least the Locker's
+// maximum TTL (WithMaxTTL): until then an acquire on it is refused, with
+// an error that matches ErrNotObtained and ErrRestarted and names the
+// master and how long it stays out (a *RestartError), and a renewal on it
+// fails. A lock taken before a restart without persistence is then never
+// granted to a second holder inside its validity.
+//
+// The guard learns how long a master has been up from the server (INFO
+// server: run_id and uptime_in_seconds), read by the client's OnConnect
+// on every new connection, so an acquire costs no extra round trip; a
+// master whose uptime is not known yet (connections made before the
+// Locker) is asked once, on its first acquire. The Redis user must be
+// allowed INFO. New wraps the client's OnConnect (once per client, after
+// the OnConnect the client had): make the Locker before the client is in
+// use by other goroutines. The client must be a *redis.Client or a
+// *redis.ClusterClient.
+//
+// It is off by default on one server, Sentinel and Cluster: turning it on
+// makes every lock unavailable for the maximum TTL after each restart of
+// a master, and after its first start. On Sentinel a failover is not a
+// restart: the promoted replica's process has been up all along (its
+// run_id differs, its uptime is its own), so it counts at once unless it
+// was itself started less than the maximum TTL ago. On Cluster the guard
+// watches the master of each key's slot. It checks the acquires of every
+// kind of hold and the renewals of locks and terms; the renewals of a
+// semaphore's permits and of read-write holds are not checked (on a
+// restarted server without persistence they are gone anyway). It is an
+// option of New only: given to a single call it is refused with
+// ErrInvalidArgument; NewQuorum ignores it (a quorum always has it).
+func WithRestartGuard() Option {
+	return Option{kind: optRestartGuard}
+}
+
+// WithPersistentMaster tells the restart guard that the master at addr
+// (the address its client dials, redis.Options.Addr, or a Cluster node's
+// address; for Sentinel, "FailoverClient", go-redis's name for the
+// group's master) persists every write before it answers (appendonly yes,
+// appendfsync always), so a restart loses no lock: it counts at once.
+// Give it once per such master, to New or NewQuorum only; a single call
+// refuses it with ErrInvalidArgument.
+func WithPersistentMaster(addr string) Option {
+	return Option{kind: optPersistentMaster, s: addr}
 }
 
 // WithDrift sets the clock-drift allowance: how much shorter than the TTL

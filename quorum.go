@@ -35,9 +35,19 @@ import (
 //   - TTL reports how long a majority will still hold the lock.
 //
 // A master that restarts without persistence forgets the locks it held,
-// which can let a second holder gather a majority. Keep such a master out
-// of service for at least the longest TTL in use before it rejoins (or run
-// it with persistence that fsyncs every write).
+// which could let a second holder gather a majority. The Locker keeps the
+// restart guard on (see WithRestartGuard): a master counts only once it
+// has been up for the Locker's maximum TTL (WithMaxTTL; by default the
+// Locker's default TTL, and a call asking for a longer TTL is refused
+// with ErrInvalidArgument), read from the server itself when each
+// connection is made. Until then its answers count for nothing: an
+// acquire that needs it fails with an error matching ErrNotObtained and
+// ErrRestarted, naming the masters left out and how long each stays out
+// (a waiting Obtain waits them out), and its renewals fail there. So a
+// deployment just started is unavailable for that long too. Name the
+// masters that persist every write (appendfsync always) with
+// WithPersistentMaster to let them count at once. Each client must be a
+// *redis.Client, and its Redis user allowed INFO.
 //
 // Fencing (WithFencing) is refused with ErrInvalidArgument: independent
 // counters cannot give strictly increasing tokens without a second round
@@ -60,6 +70,9 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		l.err = fmt.Errorf("%w: no Redis clients for a quorum", ErrInvalidArgument)
 		return l
 	}
+	if l.err = l.cfg.apply(opts, &l.boxes); l.err != nil {
+		return l
+	}
 	nodes := make([]redisStore, len(clients))
 	for i, c := range clients {
 		if isNil(c) {
@@ -71,12 +84,15 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			return l
 		}
 		nodes[i] = newRedisStore(topologyOf(c))
+		var err error
+		if nodes[i].guard, err = l.cfg.newGuard(topologyOf(c)); err != nil {
+			l.err = fmt.Errorf("quorum client %d: %w", i, err)
+			return l
+		}
 	}
 	q := newQuorumStore(nodes)
 	l.store = q // and no extras: allows refuses the calls that need them
-	if l.err = l.cfg.apply(opts, &l.boxes); l.err == nil {
-		l.err = q.allows(l.cfg.usage(callLock))
-	}
+	l.err = q.allows(l.cfg.usage(callLock))
 	l.observe(opts)
 	l.notify = l.newNotifier(topologyOf(clients[0]))
 	return l
@@ -134,15 +150,49 @@ func nodeWait(ttl time.Duration) time.Duration {
 	return max(min(ttl/10, maxNodeWait), time.Millisecond)
 }
 
+// rejoined returns how long until n of the masters left out, who stay
+// out for out (negative: unknown), have rejoined; negative when unknown.
+func rejoined(out []time.Duration, n int) time.Duration {
+	slices.SortFunc(out, func(a, b time.Duration) int {
+		switch {
+		case a < 0 && b >= 0:
+			return 1
+		case b < 0 && a >= 0:
+			return -1
+		}
+		return int(a - b)
+	})
+	if n <= 0 || n > len(out) {
+		return -1
+	}
+	return out[n-1]
+}
+
+// outError names the masters that the restart guard left out of c, and
+// how long each stays out.
+func (q quorumStore) outError(c *quorumCall) error {
+	var out []error
+	for i, a := range c.answers {
+		if a.err == nil && a.acquire.outOfService != nil {
+			out = append(out, fmt.Errorf("%d: %w", i, a.acquire.outOfService))
+		}
+	}
+	return fmt.Errorf("%d of %d masters restarted too recently to count, a majority needs %d: %w",
+		len(out), len(q.nodes), q.majority(), errors.Join(out...))
+}
+
 // quorumError explains why fewer than a majority answered c.
 func (q quorumStore) quorumError(c *quorumCall) error {
 	var failed []error
 	for i, a := range c.answers {
-		if a.err != nil {
+		switch {
+		case a.err != nil:
 			failed = append(failed, fmt.Errorf("master %d: %w", i, a.err))
+		case a.acquire.outOfService != nil:
+			failed = append(failed, fmt.Errorf("%d: %w", i, a.acquire.outOfService))
 		}
 	}
-	return fmt.Errorf("%d of %d masters failed, a majority needs %d: %w",
+	return fmt.Errorf("%d of %d masters failed or were left out, a majority needs %d: %w",
 		len(failed), len(q.nodes), q.majority(), errors.Join(failed...))
 }
 
@@ -158,12 +208,15 @@ func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 	q.each(ctx, nodeWait(req.ttl), c)
 	won, lost := 0, 0
 	holderTTL := time.Duration(-1)
+	var out []time.Duration // how long each master left out stays out; -1: unknown
 	for _, a := range c.answers {
 		r := a.acquire
 		switch {
 		case a.err != nil:
 		case r.ok:
 			won++
+		case r.outOfService != nil:
+			out = append(out, r.holderTTL)
 		default:
 			lost++
 			if r.holderTTL >= 0 && (holderTTL < 0 || r.holderTTL < holderTTL) {
@@ -175,6 +228,13 @@ func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, e
 		return acquireRes{ok: true}, nil
 	}
 	if won+lost < q.majority() {
+		if won+lost+len(out) >= q.majority() {
+			// A majority answered but too many of them restarted
+			// recently: refused as taken until enough rejoin.
+			res := acquireRes{holderTTL: rejoined(out, q.majority()-won-lost), outOfService: q.outError(c)}
+			q.undo(ctx, c)
+			return res, nil
+		}
 		err := q.quorumError(c)
 		q.undo(ctx, c)
 		return acquireRes{}, err

@@ -60,7 +60,7 @@ func (q *quorum) holders(t *testing.T, key, token string) int {
 func TestQuorumBasics(t *testing.T) {
 	q := newQuorum(t)
 	ctx := t.Context()
-	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second))
+	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(2*time.Second), locksmith.WithMaxTTL(time.Minute))
 	key := uniqueKey(t)
 	lk, err := l.Obtain(ctx, key)
 	require.NoError(t, err)
@@ -256,54 +256,6 @@ func TestQuorumSplitAcquireLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestQuorumRestartRule shows the Redlock restart rule. A majority of
-// masters restarted empty while a lock is held lets a second holder in at
-// once, while the first still believes it holds the lock until its next
-// renewal fails. Kept out for a TTL, as the rule asks, they come back only
-// after the first holder's lease has ended, so the two never overlap.
-func TestQuorumRestartRule(t *testing.T) {
-	q := newQuorum(t)
-	ctx := t.Context()
-	const ttl = 500 * time.Millisecond
-	l := newQuorumLocker(t, q.clients(t), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(50*time.Millisecond))
-
-	t.Run("rejoining at once breaks exclusion", func(t *testing.T) {
-		key := uniqueKey(t)
-		lk, err := l.Obtain(ctx, key)
-		require.NoError(t, err)
-		lctx := lk.Lease(ctx)
-		for _, s := range q.servers[:3] {
-			require.NoError(t, s.Restart())
-		}
-		second, err := newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
-		require.NoError(t, err, "three empty masters make a majority for anyone")
-		<-lctx.Done() // the first holder learns it at its next renewal
-		require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
-		require.NoError(t, second.Release(ctx))
-		_ = lk.Release(ctx)
-	})
-
-	t.Run("rejoining after a TTL keeps it", func(t *testing.T) {
-		key := uniqueKey(t)
-		lk, err := l.Obtain(ctx, key)
-		require.NoError(t, err)
-		lctx := lk.Lease(ctx)
-		for _, s := range q.servers[:3] {
-			s.Stop()
-		}
-		time.Sleep(ttl + 100*time.Millisecond) // the rule: stay out for a TTL
-		require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost,
-			"the lease must have ended before the masters rejoin")
-		for _, s := range q.servers[:3] {
-			require.NoError(t, s.Start())
-		}
-		next, err := newQuorumLocker(t, q.clients(t)).Obtain(ctx, key)
-		require.NoError(t, err)
-		require.NoError(t, next.Release(ctx))
-		_ = lk.Release(ctx)
-	})
-}
-
 // TestQuorumClose: a quorum's Locker asks its masters from goroutines of
 // its own, which Close stops and waits for; locks obtained before are
 // still refreshed and released after it, by calls that start goroutines
@@ -313,7 +265,11 @@ func TestQuorumClose(t *testing.T) {
 	ctx := t.Context()
 	clients := q.clients(t)
 	ignore := goleak.IgnoreCurrent()
-	l := locksmith.NewQuorum(clients, locksmith.WithTTL(time.Minute))
+	opts := []locksmith.Option{locksmith.WithTTL(time.Minute)}
+	for _, s := range q.servers {
+		opts = append(opts, locksmith.WithPersistentMaster(s.Addr))
+	}
+	l := locksmith.NewQuorum(clients, opts...)
 	var locks []*locksmith.Lock
 	for range 3 {
 		lk, err := l.Obtain(ctx, uniqueKey(t))

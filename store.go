@@ -230,6 +230,11 @@ type acquireRes struct {
 	// caller had not heard the announcement yet (or, rarely, an earlier
 	// delivery of the same attempt took it).
 	mine bool
+	// outOfService is set, without ok, when the restart guard refused the
+	// attempt (see store_guard.go): a *RestartError, or on a quorum the
+	// errors of the masters left out, joined; holderTTL is then how long
+	// until the attempt can count, negative when unknown.
+	outOfService error
 	// cleaned is set, with an error, when the attempt's token was already
 	// deleted from the lock and the queue (see deleteIfOwned), so that
 	// nothing need withdraw it again.

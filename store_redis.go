@@ -15,6 +15,9 @@ import (
 // cluster, reached through one go-redis client.
 type redisStore struct {
 	topology // on Redis Cluster, announce with SPUBLISH
+	// guard keeps masters that restarted recently out of acquires and
+	// renewals (see store_guard.go); nil without the restart guard.
+	guard *guard
 }
 
 func (redisStore) allows(usage) error { return nil }
@@ -34,6 +37,19 @@ var (
 )
 
 func (s redisStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
+	if s.guard == nil {
+		return s.acquireUnguarded(ctx, req)
+	}
+	u, res, done, err := s.admit(ctx, &req.lockRef)
+	if done {
+		return res, err
+	}
+	res, err = s.acquireUnguarded(ctx, req)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, heldAsLock, res, err)
+}
+
+// acquireUnguarded is acquire without the restart guard.
+func (s redisStore) acquireUnguarded(ctx context.Context, req acquireReq) (acquireRes, error) {
 	if req.replicas == 0 && !req.fenced() {
 		switch req.mode {
 		case plainOnce:
@@ -75,7 +91,7 @@ func (s redisStore) acquireQueued(ctx context.Context, req acquireReq) (acquireR
 		return queuedReply(script.send(ctx, c, args).Result())
 	}, func() (acquireRes, error) {
 		req.queue = false
-		return s.acquire(ctx, req)
+		return s.acquireUnguarded(ctx, req)
 	})
 }
 
@@ -114,7 +130,7 @@ func queuedReply(v any, err error) (acquireRes, error) {
 // error means that it wrote nothing, as for a single command (see
 // mayHaveLanded).
 func (s redisStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
-	return s.tryOnce(ctx, req, tryArgs(req))
+	return s.tryUnguarded(ctx, req, tryArgs(req))
 }
 
 // tryArgs lays out lock_try.lua's arguments for req, for tryLua.send.
@@ -125,6 +141,19 @@ func tryArgs(req acquireReq) []any {
 // tryOnce is acquireOnce with lock_try.lua's arguments for req laid out by
 // tryArgs, which it only reads: the masters of a quorum share them.
 func (s redisStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
+	if s.guard == nil {
+		return s.tryUnguarded(ctx, req, args)
+	}
+	u, res, done, err := s.admit(ctx, &req.lockRef)
+	if done {
+		return res, err
+	}
+	res, err = s.tryUnguarded(ctx, req, args)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, heldAsLock, res, err)
+}
+
+// tryUnguarded is tryOnce without the restart guard.
+func (s redisStore) tryUnguarded(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
 	v, err := tryLua.send(ctx, s.client, args).Result()
 	if err != nil {
 		return acquireRes{}, err
@@ -157,7 +186,7 @@ func (s redisStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRe
 		return acquireRes{}, err
 	}
 	req.mode = scripted
-	return s.acquire(ctx, req)
+	return s.acquireUnguarded(ctx, req)
 }
 
 // acquireReplicated sends the acquire and a WAIT for the replicas in one
@@ -259,6 +288,22 @@ func (s redisStore) publish() any {
 var publishCmd, spublishCmd any = "publish", "spublish"
 
 func (s redisStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
+	if s.guard == nil {
+		return s.refreshUnguarded(ctx, ref, ttl)
+	}
+	u, res, done, err := s.admit(ctx, &ref)
+	if done {
+		if err == nil {
+			err = res.outOfService
+		}
+		return false, err
+	}
+	ok, err := s.refreshUnguarded(ctx, ref, ttl)
+	return s.refreshChecked(u, ok, err)
+}
+
+// refreshUnguarded is refresh without the restart guard.
+func (s redisStore) refreshUnguarded(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
 	args := []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}
 	if ref.leader != "" {
 		args = []any{nil, nil, 2, ref.lockKey, ref.leader, ref.token, ttl.Milliseconds()}

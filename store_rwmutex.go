@@ -26,6 +26,19 @@ var noIntentMS any = int64(0)
 // the member, "r:" or "w:" and the token), with the TTL; a writer that
 // finds the lock taken leaves an intent when intent is set.
 func (s redisStore) acquireRW(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error) {
+	if s.guard == nil {
+		return s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
+	}
+	u, res, done, err := s.admit(ctx, &ref)
+	if done {
+		return res, err
+	}
+	res, err = s.acquireRWUnguarded(ctx, ref, ttlMS, intent)
+	return s.settleGuarded(ctx, u, &ref, ttlMS, heldAsRW, res, err)
+}
+
+// acquireRWUnguarded is acquireRW without the restart guard.
+func (s redisStore) acquireRWUnguarded(ctx context.Context, ref lockRef, ttlMS any, intent bool) (acquireRes, error) {
 	life := noIntentMS
 	if intent {
 		life = rwIntentLifeMS

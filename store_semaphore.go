@@ -32,6 +32,19 @@ type permitReq struct {
 }
 
 func (s redisStore) acquirePermit(ctx context.Context, req permitReq) (acquireRes, error) {
+	if s.guard == nil {
+		return s.acquirePermitUnguarded(ctx, req)
+	}
+	u, res, done, err := s.admit(ctx, &req.lockRef)
+	if done {
+		return res, err
+	}
+	res, err = s.acquirePermitUnguarded(ctx, req)
+	return s.settleGuarded(ctx, u, &req.lockRef, req.ttlMS, heldAsPermit, res, err)
+}
+
+// acquirePermitUnguarded is acquirePermit without the restart guard.
+func (s redisStore) acquirePermitUnguarded(ctx context.Context, req permitReq) (acquireRes, error) {
 	var (
 		res acquireRes
 		err error

@@ -290,7 +290,7 @@ func (smithQuorumLib) name() string { return fmt.Sprintf("locksmith quorum (%d)"
 func (smithQuorumLib) runsOn() topology { return quorumServers }
 
 func (smithQuorumLib) settings() string {
-	return fmt.Sprintf("working tree; NewQuorum(clients, WithRetry(LinearBackoff(50ms))) over %d independent servers, a client each with ContextTimeoutEnabled; default TTL 10s; requests and commands summed over the %d servers",
+	return fmt.Sprintf("working tree; NewQuorum(clients, WithRetry(LinearBackoff(50ms))) over %d independent servers, a client each with ContextTimeoutEnabled; default TTL 10s, restart guard on (waited out before the runs); requests and commands summed over the %d servers",
 		deploySize, deploySize)
 }
 
@@ -307,7 +307,19 @@ func (smithQuorumLib) newLocker(d *deployment) (locker, error) {
 		opt.ContextTimeoutEnabled = true
 		clients = append(clients, redis.NewClient(opt))
 	}
-	return &smithLocker{clients: clients, locker: locksmith.NewQuorum(clients, smithRetry())}, nil
+	l := locksmith.NewQuorum(clients, smithRetry())
+	// The restart guard keeps servers just started out for the TTL: wait
+	// it out here, so that the runs measure the steady state.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lk, err := l.Obtain(ctx, "bench:restart-guard", smithRetry())
+	if err != nil {
+		return nil, fmt.Errorf("waiting out the restart guard: %w", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		return nil, err
+	}
+	return &smithLocker{clients: clients, locker: l}, nil
 }
 
 // smithClusterLib is locksmith on a Redis Cluster, through a go-redis

@@ -9,7 +9,8 @@
 -- need: 'l' the lock key, 's' a semaphore and 'w' a read-write lock at the lock
 -- key's name, 'q' the
 -- handoff queue, 'f' fencing, 'o' completion records, 'a' announcements,
--- 'i' inspection, 'e' an election's proclaimed value. The scripts are always checked.
+-- 'i' inspection, 'e' an election's proclaimed value, 'u' INFO server (the
+-- restart guard reads uptimes). The scripts are always checked.
 -- Returns what is refused, each as "COMMAND name", or an empty list.
 -- Before Redis 7.0 there is no redis.acl_check_cmd: the script then only
 -- shows that scripts run at all.
@@ -83,6 +84,9 @@ if needs('i') then
   check('get', KEYS[3])
   check('get', KEYS[4])
   check('zcount', KEYS[2], '0', '1')
+end
+if needs('u') then
+  check('info', 'server')
 end
 if needs('e') then
   check('get', KEYS[5])
