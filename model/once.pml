@@ -4,12 +4,12 @@
 /* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
 /* check: safety */
 /* check: safety -DDONE_TTL=2 */
-/* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=OOM_ONLY */
-/* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=ACL_ONLY */
-/* bug: BUG_ONCE_ANNOUNCE_CALL safety */
-/* bug: BUG_ONCE_RESEND_UNRECOGNISED safety */
-/* bug: BUG_ONCE_NO_RECHECK safety */
-/* bug: HAZARD_DRIFT_BEYOND safety */
+/* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=OOM_ONLY -DFAULTS=1 */
+/* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=ACL_ONLY -DFAULTS=1 */
+/* bug: BUG_ONCE_ANNOUNCE_CALL safety -DFAULTS=1 */
+/* bug: BUG_ONCE_RESEND_UNRECOGNISED safety -DFAULTS=1 */
+/* bug: BUG_ONCE_NO_RECHECK safety -DFAULTS=1 */
+/* bug: HAZARD_DRIFT_BEYOND safety -DFAULTS=1 */
 
 /*
  * Locker.Once on one job key (once.go), NCL clients, one call each
@@ -68,7 +68,7 @@
 #endif
 
 #ifndef FAULTS
-#define FAULTS 1
+#define FAULTS 2
 #endif
 byte faults = FAULTS;
 
