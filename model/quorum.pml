@@ -146,7 +146,8 @@ inline check_mutex(c) {
        if \
        :: faults > 0 -> faults--; paused[c] = 1 \
        :: faults > 0 -> faults--; paused[c] = TTL + 1 \
-       :: true -> LINK(m, ans[m], OP(c, m, ans[m])); m++ \
+       :: true -> LINK(m, ans[m], OP(c, m, ans[m])); \
+          printf("MSG: client %d, master %d: %d (1 yes, 2 no, 3 error)\n", c, m, ans[m]); m++ \
        fi; \
        if :: m == NM -> m = 0; break :: else -> skip fi } \
   od
@@ -191,7 +192,9 @@ attempt:
 #endif
     if
     :: won >= MAJ && pdl[c] > 0 ->
-       holds[c] = true; dl[c] = pdl[c]; pdl[c] = 0; won = 0; lost = 0;
+       holds[c] = true; dl[c] = pdl[c]; pdl[c] = 0;
+       printf("MSG: client %d holds (%d won), Deadline in %d\n", c, won, dl[c]);
+       won = 0; lost = 0;
        FORGET;
        check_mutex(c);
        goto hold
@@ -265,6 +268,7 @@ end_c:
        :: j = 2
        fi;
        lockv[j] = 0; lttl[j] = 0;
+       printf("MSG: master %d restarts empty\n", j);
 #ifdef DELAYED_RESTART
        down[j] = RESTART_OUT;
 #endif
@@ -313,6 +317,7 @@ end_t:
        :: else -> break
        od;
        assert(nheld <= 1);
+       printf("MSG: tick\n");
        k = 0;
        do
        :: k < NM ->
