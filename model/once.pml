@@ -252,7 +252,8 @@ proctype client(byte c) {
     :: r == 0 -> pdl[c] = 0; goto done              /* ErrNotObtained */
     :: r == 1 && pdl[c] == 0 ->                     /* settle: the reply came past the validity */
        r = 0; s_release(c); goto done               /* deleteIfOwned; ErrLockLost */
-    :: else -> r = 0; dl[c] = pdl[c]; pdl[c] = 0
+    :: else -> r = 0; dl[c] = pdl[c]; pdl[c] = 0;
+       printf("MSG: client %d obtains, Deadline in %d\n", c, dl[c])
     fi }
 
   /* held: a crash here leaves the lock to expire */
@@ -273,6 +274,7 @@ proctype client(byte c) {
 #endif
     /* fn starts */
     running[c] = true;
+    printf("MSG: client %d runs fn (record: %d)\n", c, rec);
     assert(dl[c] == 0 || rec == 0);     /* once_done */
     if :: dl[c] > 0 -> check_mutex(c) :: else -> skip fi }
 
@@ -310,7 +312,8 @@ proctype client(byte c) {
   if
   :: fnok && dl[c] > 0 ->
      /* finish: once_complete.lua */
-     atomic { send(c, again); if :: !again -> refusal(ref) :: else -> skip fi }
+     atomic { send(c, again); if :: !again -> refusal(ref) :: else -> skip fi;
+       printf("MSG: client %d completes (resent %d, refusal %d: 1 memory, 2 second write, 3 announcement)\n", c, again, ref) }
      atomic { paused[c] == 0 ->
        s_complete(c, ref, r);
        if :: again -> r = 0; paused[c] = 1 :: else -> skip fi }
@@ -320,6 +323,7 @@ proctype client(byte c) {
      fi;
      atomic {
        dl[c] = 0;
+       printf("MSG: client %d: complete answered %d (2: an error), lock %d, record %d\n", c, r, lockv, rec);
        if
        :: r == 1 -> assert(everrec[c] && rec == TOK(c))   /* (true, nil) */
        :: else -> assert(!everrec[c])                      /* once_failed_unrecorded */
@@ -337,6 +341,7 @@ proctype client(byte c) {
      fi;
      atomic {
        dl[c] = 0;
+       printf("MSG: client %d released after fn failed or its lease was lost\n", c);
        assert(!everrec[c]);       /* once_failed_unrecorded */
        fnok = false; goto done }
   fi;
@@ -368,6 +373,7 @@ end_t:
        :: else -> break
        od;
        assert(nvalid <= 1);
+       printf("MSG: tick\n");
        dec(lttl);
        if :: lttl == 0 -> lockv = 0 :: else -> skip fi;
        dec(rttl);

@@ -100,8 +100,8 @@ inline deadline(c) {
 #define LINK(m, a, LAND) \
   if \
   :: down[m] > 0 -> a = A_ERR \
-  :: faults > 0 -> faults--; a = A_ERR \
-  :: faults > 0 -> faults--; LAND; a = A_ERR \
+  :: down[m] == 0 && faults > 0 -> faults--; a = A_ERR \
+  :: down[m] == 0 && faults > 0 -> faults--; LAND; a = A_ERR \
   :: down[m] == 0 -> LAND \
   fi
 
