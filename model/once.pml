@@ -3,7 +3,6 @@
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
 /* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
 /* check: safety */
-/* check: safety -DDONE_TTL=2 */
 /* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=OOM_ONLY -DFAULTS=1 */
 /* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=ACL_ONLY -DFAULTS=1 */
 /* bug: BUG_ONCE_ANNOUNCE_CALL safety -DFAULTS=1 */
