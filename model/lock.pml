@@ -80,6 +80,8 @@
 
 #define LOCKER(i) ((i) < 2 -> 0 : 1)
 #define HEAD(i) (lqn[LOCKER(i)] > 0 && lq[LOCKER(i) * 2] == (i))
+/* Plan says try now: woken, missed, a new head not queued, the head at its slot's end */
+#define TRYNOW(i) (wk[LOCKER(i)] == (i) + 1 || missed[i] || (HEAD(i) && !queued[i]) || (HEAD(i) && slot[i] == 0))
 
 /* reply codes */
 #define R_LOST 0
@@ -464,14 +466,14 @@ inline confirm(i) {
   if
   :: holder != i + 1 -> rres = 0                  /* 16-18 */
   :: else ->
-     sx = lexp;
+     sx = 0;                                      /* no write yet */
 #ifdef BUG_CONFIRM_WRITE_FIRST
-     lexp = TTL;                                  /* the old order: PEXPIRE first */
+     lexp = TTL; sx = 1;                          /* the old order: PEXPIRE first */
 #endif
      if
      :: refuse > 0 ->                             /* 21 GET fence (23 TIME) refused */
         refuse--;
-        assert(lexp == sx);                       /* refused_clean */
+        assert(sx == 0);                          /* refused_clean */
         rres = R_ERR
      :: true ->
         lf = fctr;                                /* 21 */
@@ -514,20 +516,32 @@ inline grant(i, f, d) {
   fi
 }
 
-/* a pause: the request waits for the next tick (or more) */
+/* a pause: the request about to be sent waits for the next tick (or more) */
 inline maypause(i) {
-  atomic {
-    if
-    :: pauses > 0 -> pauses--; paused[i] = true
-    :: true
-    fi
-  };
-  (!paused[i])
+  if
+  :: pauses > 0 -> pauses--; paused[i] = true
+  :: true
+  fi
+}
+
+/* Sending: an attempt; one at or after the slot's end starts the next slot */
+inline sending(i) {
+  if
+  :: !queued[i] -> queued[i] = true; since[i] = 0
+  :: else -> skip
+  fi;
+  if
+  :: slot[i] == 0 -> slot[i] = SLOT
+  :: else -> skip
+  fi;
+  missed[i] = false;
+  pdl[i] = VALID;
+  maypause(i)
 }
 
 proctype client(byte i) {
   bool first;
-  bool rs;               /* a second delivery of the request is due */
+  byte rs;               /* the request: 0 to send, 1 its reply is due, 2 to send again */
   byte rres, rf, rh;
 
   /* Ticket */
@@ -535,79 +549,63 @@ proctype client(byte i) {
     inacq[i] = true;
     if
     :: lqn[LOCKER(i)] > 0 -> join(i, false, 0); slot[i] = SLOT; goto wait
-    :: else -> first = true; existed[i] = (sub[LOCKER(i)] != 0); evseen[i] = false
+    :: else -> first = true; existed[i] = (sub[LOCKER(i)] != 0); evseen[i] = false; sending(i)
     fi
   }
-try:
-  /* Sending; an attempt at or after the slot's end starts the next slot */
-  atomic {
-    if
-    :: !queued[i] -> queued[i] = true; since[i] = 0
-    :: else -> skip
-    fi;
-    if
-    :: slot[i] == 0 -> slot[i] = SLOT
-    :: else -> skip
-    fi;
-    missed[i] = false;
-    pdl[i] = VALID
-  }
-  maypause(i);
-  atomic {
-    obtain(i);
-    if
-    :: resend > 0 -> resend--; rs = true;
+attempt:
+  do
+  :: atomic {
+       !paused[i] && rs != 1 ->
+       obtain(i);
        if
-       :: paused[i] = true       /* resent after a timeout */
-       :: skip
+       :: resend > 0 -> resend--; rs = 2; paused[i] = true   /* the reply is lost: go-redis
+                                                                sends it again, after a timeout */
+       :: true -> rs = 1
        fi
-    :: true
-    fi
-  }
-  if
-  :: rs -> (!paused[i]); atomic { rs = false; obtain(i) }
-  :: else -> skip
-  fi;
-  /* the reply (another client's request may be answered first) */
-  atomic {
-    if
-    :: i == 2 && crash > 0 -> crash--; alive[i] = false; inacq[i] = false; holding[i] = false; goto dead
-    :: true
-    fi;
-    if
-    :: rres == R_ERR -> cleanup(i); lremove(i); goto done      /* landedError */
-    :: rres == R_OK && pdl[i] > 0 -> won(i); grant(i, rf, pdl[i]); rf = 0; goto hold
-    :: rres == R_OK && pdl[i] == 0 -> cleanup(i); lremove(i); rf = 0; goto done   /* past its validity */
-    :: rres == R_LOST && first -> first = false; join(i, true, rh); slot[i] = SLOT
-    :: rres == R_LOST && !first -> lost(i, rh)
-    fi;
-    rres = 0; rf = 0; rh = 0
-  }
+     }
+  :: atomic {   /* the reply (another client's request may be answered first) */
+       rs == 1 ->
+       rs = 0;
+       if
+       :: i == 2 && crash > 0 -> crash--; alive[i] = false; inacq[i] = false; holding[i] = false; goto dead
+       :: true
+       fi;
+       assert(!(rres == R_LOST && rh == i + 1));   /* not_lost_to_self */
+       if
+       :: rres == R_ERR -> goto clean                              /* landedError */
+       :: rres == R_OK && pdl[i] > 0 -> won(i); grant(i, rf, pdl[i]); rres = 0; rf = 0; goto hold
+       :: rres == R_OK && pdl[i] == 0 -> goto clean                /* past its validity */
+       :: rres == R_LOST && first -> first = false; join(i, true, rh); slot[i] = SLOT
+       :: rres == R_LOST && !first -> lost(i, rh)
+       fi;
+       rres = 0; rf = 0; rh = 0;
+       goto wait
+     }
+  od;
 wait:
+  /* TakeHandoff, Plan: no step of its own until there is something to do */
   atomic {
     if
-    :: heard[i] -> goto handed
-    :: !heard[i] && (wk[LOCKER(i)] == i + 1 || missed[i] || (HEAD(i) && !queued[i]) || (HEAD(i) && slot[i] == 0)) ->
-       goto try
-    :: !heard[i] && wk[LOCKER(i)] != i + 1 && !missed[i] && !HEAD(i) && slot[i] == 0 ->
+    :: heard[i] ->
+       /* handedOver: Won, and a confirmation when less than half the TTL is left */
+       heard[i] = false; rf = heardf[i]; heardf[i] = 0;
+       won(i);
+       if
+       :: since[i] == 0 && 2 * VALID >= TTL -> grant(i, rf, VALID); rf = 0; goto hold
+       :: else -> pdl[i] = VALID; maypause(i); goto confirming
+       fi
+    :: !heard[i] && TRYNOW(i) -> sending(i); goto attempt
+    :: !heard[i] && !TRYNOW(i) && !HEAD(i) && slot[i] == 0 ->
        slot[i] = SLOT; goto wait   /* behind the head: the slot passes */
-    :: giveup > 0 && i < 2 && !heard[i] && !rest[i] -> giveup--; goto leave
-    :: crash > 0 && i == 2 && !rest[i] -> crash--; alive[i] = false; inacq[i] = false; holding[i] = false; goto dead
-    :: !heard[i] && !rest[i] -> rest[i] = true; goto wait
+    /* ctx ends (or the strategy gives up), client 2 crashes: instead of a step */
+    :: !heard[i] && (TRYNOW(i) || slot[i] == 0) && giveup > 0 && i < 2 -> giveup--; goto leave
+    :: !heard[i] && (TRYNOW(i) || slot[i] == 0) && crash > 0 && i == 2 ->
+       crash--; alive[i] = false; inacq[i] = false; holding[i] = false; goto dead
     fi
   }
-handed:
-  /* TakeHandoff, handedOver: Won, and a confirmation when less than half the TTL is left */
+confirming:
   atomic {
-    heard[i] = false; rf = heardf[i]; heardf[i] = 0;
-    won(i);
-    if
-    :: since[i] == 0 && 2 * VALID >= TTL -> grant(i, rf, VALID); rf = 0; goto hold
-    :: else -> pdl[i] = VALID
-    fi
-  }
-  maypause(i);
-  atomic {
+    !paused[i] ->
 #ifdef BUG_LATE_HANDOFF_NO_CONFIRM
     refresh(i)           /* the old code: a refresh, and the announced fence */
 #else
@@ -616,7 +614,7 @@ handed:
     ;
     if
     :: rres == R_OK && pdl[i] > 0 -> grant(i, rf, pdl[i]); rres = 0; rf = 0; goto hold
-    :: else -> cleanup(i); rf = 0; goto done    /* ErrLockLost, or the error */
+    :: else -> goto clean                       /* ErrLockLost, or the error */
     fi
   }
 leave:
@@ -624,52 +622,64 @@ leave:
   atomic {
     lremove(i);
     if
-    :: queued[i] -> cleanup(i)
-    :: else -> skip
-    fi;
-    goto done
+    :: queued[i] -> goto clean
+    :: else -> goto done
+    fi
   }
+clean:
+  /* deleteIfOwned (settle, handedOver) or the withdraw of Leave */
+  atomic { cleanup(i); lremove(i); rf = 0; rh = 0; goto done }
 hold:
   do
-  :: atomic { dl[i] > 0 && dl[i] < VALID -> pdl[i] = VALID }   /* the lease renews */
-     maypause(i);
-     atomic {
+  :: atomic {   /* the lease renews */
+       dl[i] > 0 && dl[i] < VALID ->
+       pdl[i] = VALID;
+       maypause(i);
+       if
+       :: paused[i] -> goto renewing
+       :: else -> skip
+       fi;
        refresh(i);
        if
-       :: rres == R_OK && dl[i] > 0 -> dl[i] = pdl[i]; lagged[i] = false; rres = 0
-       :: else -> rres = 0; goto rel      /* ErrNotHeld, or the watchdog first */
-       fi
+       :: rres == R_OK -> dl[i] = pdl[i]; lagged[i] = false
+       :: else -> holding[i] = false; rres = 0; goto releasing   /* ErrNotHeld */
+       fi;
+       rres = 0
      }
-  :: atomic { dl[i] == 0 -> goto rel }     /* the watchdog: lost; WithLock releases */
-  :: atomic { !rest[i] && dl[i] > 0 -> goto rel }
-  :: atomic { i == 2 && crash > 0 && !rest[i] -> crash--; alive[i] = false; inacq[i] = false; holding[i] = false; goto dead }
-  :: atomic { lag > 0 && !lagged[i] && dl[i] > 0 -> lag--; lagged[i] = true; dl[i]++ }
+  :: atomic { dl[i] == 0 -> holding[i] = false; maypause(i); goto releasing }   /* the watchdog */
+  :: atomic { !rest[i] && dl[i] > 0 -> holding[i] = false; maypause(i); goto releasing }
+  :: atomic { i == 2 && crash > 0 && !rest[i] -> crash--; alive[i] = false; holding[i] = false; goto dead }
+  :: atomic { lag > 0 && !lagged[i] && dl[i] > 0 && !rest[i] -> lag--; lagged[i] = true; dl[i]++ }
   :: atomic { !rest[i] && dl[i] > 1 -> rest[i] = true }
   od;
-rel:
-  atomic { holding[i] = false }
-  maypause(i);
+renewing:
   atomic {
-    release(i, false, true);
+    !paused[i] ->
+    refresh(i);
     if
-    :: resend > 0 && rres != R_ERR -> resend--; rs = true;
+    :: rres == R_OK && dl[i] > 0 -> dl[i] = pdl[i]; lagged[i] = false; rres = 0; goto hold
+    :: else -> holding[i] = false; rres = 0; goto releasing   /* ErrNotHeld, or the watchdog first */
+    fi
+  }
+releasing:
+  do
+  :: atomic {
+       !paused[i] && rs != 1 ->
+       release(i, false, rs == 0);
        if
-       :: paused[i] = true
-       :: skip
+       :: resend > 0 && rres != R_ERR -> resend--; rs = 2; paused[i] = true
+       :: true -> rs = 1
        fi
-    :: true
-    fi
-  }
-  if
-  :: rs -> (!paused[i]); atomic { rs = false; release(i, false, false) }
-  :: else -> skip
-  fi;
-  atomic {
-    if
-    :: rres == R_ERR && dl[i] > 0 -> rres = 0; holding[i] = true; goto hold   /* resumeRenewal */
-    :: else -> skip
-    fi
-  }
+     }
+  :: atomic {
+       rs == 1 ->
+       rs = 0;
+       if
+       :: rres == R_ERR && dl[i] > 0 -> rres = 0; holding[i] = true; goto hold   /* resumeRenewal */
+       :: else -> goto done
+       fi
+     }
+  od;
 done:
   atomic {
     inacq[i] = false; rest[i] = false; waiting[i] = false; queued[i] = false; heard[i] = false;
