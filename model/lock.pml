@@ -176,6 +176,10 @@ inline kick(l) {
 
 /* q.events++: for a waiter between its Ticket and its Join */
 inline events(l) {
+  d_step { eventsb(l) }
+}
+
+inline eventsb(l) {
   k = 0;
   do
   :: k < NC ->
@@ -191,6 +195,10 @@ inline events(l) {
 
 /* removeLocked (Leave): a woken waiter that leaves passes the wake on */
 inline lremove(i) {
+  d_step { lrem(i) }
+}
+
+inline lrem(i) {
   if
   :: waiting[i] ->
      L = LOCKER(i);
@@ -213,11 +221,15 @@ inline lremove(i) {
 
 /* Won: triedLocked(won) clears woken and pending, then removeLocked */
 inline won(i) {
+  d_step { wonb(i) }
+}
+
+inline wonb(i) {
   if
   :: wk[LOCKER(i)] == i + 1 -> wk[LOCKER(i)] = 0; pend[LOCKER(i)] = false
   :: else -> skip
   fi;
-  lremove(i)
+  lrem(i)
 }
 
 /* heldByLocked: the holder, if a waiter of i's Locker, missed its handoff */
@@ -230,6 +242,10 @@ inline heldby(i, h) {
 
 /* Lost: triedLocked(lost), heldByLocked */
 inline lost(i, h) {
+  d_step { lostb(i, h) }
+}
+
+inline lostb(i, h) {
   if
   :: wk[LOCKER(i)] == i + 1 ->
      wk[LOCKER(i)] = 0;
@@ -244,6 +260,10 @@ inline lost(i, h) {
 
 /* Join (after a queued attempt when sent, else without one) */
 inline join(i, sent, h) {
+  d_step { joinb(i, sent, h) }
+}
+
+inline joinb(i, sent, h) {
   L = LOCKER(i);
   sx = (sub[L] == 0);       /* created */
   if
@@ -364,19 +384,19 @@ inline obtain(i) {
         :: refuse > 0 ->                          /* 47 ZREM refused after the SET */
            refuse--; zrref[i] = true; rres = R_ERR
         :: true ->
-           rqremove(i);                           /* 47 won(true): ZREM the entry */
+           d_step { rqremove(i) }                 /* 47 won(true): ZREM the entry */
            fctr++; rf = fctr; rres = R_OK         /* 56 take_fence */
         fi
 #ifndef BUG_OBTAIN_NOT_RESEND_SAFE
      :: holder == i + 1 ->                        /* 62-70: ours already */
         lexp = TTL;                               /* 64 PEXPIRE */
-        rqremove(i);                              /* 68 won(false) */
+        d_step { rqremove(i) }                    /* 68 won(false) */
         rf = lf; rres = R_OK                      /* 54 the fence still ours */
      :: holder != 0 && holder != i + 1 ->
 #else
      :: holder != 0 ->
 #endif
-        rqadd(i);                                 /* 77-80 */
+        d_step { rqadd(i) }                       /* 77-80 */
         rh = holder; rres = R_LOST                /* 81 {-2 - pttl, holder} */
      fi
   fi;
@@ -385,6 +405,10 @@ inline obtain(i) {
 
 /* lib_queue.lua pop_entry and lock_release.lua 51-65: the lock is the caller's */
 inline handoff() {
+  d_step { handoffb() }
+}
+
+inline handoffb() {
   /* lib_queue.lua 11-13: drop the lapsed entries */
 #ifndef BUG_NO_DROP_LAPSED
   j = 0;
@@ -430,7 +454,7 @@ inline release(i, withdraw, mayrefuse) {
   if
   :: holder != i + 1 ->                           /* 35-40 */
      if
-     :: withdraw -> rqremove(i)                   /* 37 ZREM the entry */
+     :: withdraw -> d_step { rqremove(i) }        /* 37 ZREM the entry */
      :: else -> skip
      fi;
      rres = 0
@@ -505,15 +529,19 @@ inline wland(w) {
 
 /* a grant: the call returns the lock, valid for d ticks, with fence f */
 inline grant(i, f, d) {
-  holding[i] = true; dl[i] = d; myf[i] = f;
-  untaken[i] = 0; age[i] = 0; inacq[i] = false; lagged[i] = false;
-  assert(f > gmax);                               /* fence_grant */
-  gmax = f; gseq++;
+  d_step { grantb(i, f, d) };
   /* its write to the resource, with the fence: it lands at once, or late */
   if
   :: pauses > 0 -> pauses--; wlate[i] = true; wf[i] = f; wg[i] = gseq
-  :: true -> wf[i] = f; wg[i] = gseq; wland(i)
+  :: true -> d_step { wf[i] = f; wg[i] = gseq; wland(i) }
   fi
+}
+
+inline grantb(i, f, d) {
+  holding[i] = true; dl[i] = d; myf[i] = f;
+  untaken[i] = 0; age[i] = 0; inacq[i] = false; lagged[i] = false;
+  assert(f > gmax);                               /* fence_grant */
+  gmax = f; gseq++
 }
 
 /* a pause: the request about to be sent waits for the next tick (or more) */
@@ -631,8 +659,8 @@ clean:
   atomic { cleanup(i); lremove(i); rf = 0; rh = 0; goto done }
 hold:
   do
-  :: atomic {   /* the lease renews */
-       dl[i] > 0 && dl[i] < VALID ->
+  :: atomic {   /* the lease renews (a holder without a lease does not) */
+       !rest[i] && dl[i] > 0 && dl[i] < VALID ->
        pdl[i] = VALID;
        maypause(i);
        if
@@ -650,7 +678,7 @@ hold:
   :: atomic { !rest[i] && dl[i] > 0 -> holding[i] = false; maypause(i); goto releasing }
   :: atomic { i == 2 && crash > 0 && !rest[i] -> crash--; alive[i] = false; holding[i] = false; goto dead }
   :: atomic { lag > 0 && !lagged[i] && dl[i] > 0 && !rest[i] -> lag--; lagged[i] = true; dl[i]++ }
-  :: atomic { !rest[i] && dl[i] > 1 -> rest[i] = true }
+  :: atomic { !rest[i] && dl[i] > 0 -> rest[i] = true }
   od;
 renewing:
   atomic {
@@ -701,6 +729,10 @@ end:
 
 /* the Lockers' dispatchers: subscription confirmed, announcements heard, lost, late */
 inline deliver(j) {
+  d_step { deliverb(j) }
+}
+
+inline deliverb(j) {
   ann[j] = 0;
   if
   :: waiting[j] -> heard[j] = true; heardf[j] = annf[j]     /* handedLocked */
@@ -734,65 +766,106 @@ end_d:
 
 #define PAUSED (paused[0] || paused[1] || paused[2])
 
+/* the nondeterministic part of a tick for client t: a pause, a late write, a late announcement */
+inline ticknd(t) {
+  if
+  :: paused[t] -> paused[t] = false
+  :: paused[t] -> skip                            /* a longer pause */
+  :: else -> skip
+  fi;
+  if
+  :: wlate[t] -> d_step { wland(t) }
+  :: wlate[t] -> skip
+  :: else -> skip
+  fi;
+  if
+  :: ann[t] == 2 -> ann[t] = 1
+  :: ann[t] == 2 -> skip
+  :: else -> skip
+  fi
+}
+
 active proctype tick() {
 end_t:
   do
   :: timeout ->
      atomic {
-       /* handed_taken and free_taken: the state at the end of the instant */
-       tn = 0;
-       ti = 0;
-       do
-       :: ti < NC ->
-          if
-          :: untaken[ti] && (holder != ti + 1 || PAUSED || (untaken[ti] == 1 && !(alive[ti] && inacq[ti]))) ->
-             untaken[ti] = 0; age[ti] = 0   /* given back or moved on; excused */
-          :: untaken[ti] && holder == ti + 1 && !PAUSED && (untaken[ti] == 2 || (alive[ti] && inacq[ti])) ->
-             age[ti]++;
-             assert(age[ti] <= K)                 /* handed_taken */
-          :: else -> skip
-          fi;
-          if
-          :: alive[ti] && inacq[ti] -> tn++
-          :: else -> skip
-          fi;
-          ti++
-       :: else -> break
-       od;
-       if
-       :: holder == 0 && tn > 0 && !PAUSED ->
-          freeage++;
-          assert(freeage <= K)                    /* free_taken */
-       :: else -> freeage = 0
-       fi;
-       /* the tick */
-       ti = 0;
-       do
-       :: ti < NC ->
-          dec(dl[ti]); dec(pdl[ti]); dec(slot[ti]); dec(lapse[ti]);
-          if
-          :: queued[ti] && inacq[ti] -> since[ti] = 1
-          :: else -> skip
-          fi;
-          if
-          :: paused[ti] -> paused[ti] = false
-          :: paused[ti] -> skip                          /* a longer pause */
-          :: else -> skip
-          fi;
-          if
-          :: wlate[ti] -> wland(ti)
-          :: wlate[ti] -> skip
-          :: else -> skip
-          fi;
-          if
-          :: ann[ti] == 2 -> ann[ti] = 1
-          :: ann[ti] == 2 -> skip
-          :: else -> skip
-          fi;
-          rest[ti] = false;
-          ti++
-       :: else -> break
-       od;
+       d_step {
+         /* handed_taken and free_taken: the state at the end of the instant */
+         tn = 0;
+         ti = 0;
+         do
+         :: ti < NC ->
+            if
+            :: untaken[ti] && (holder != ti + 1 || PAUSED || (untaken[ti] == 1 && !(alive[ti] && inacq[ti]))) ->
+               untaken[ti] = 0; age[ti] = 0   /* given back or moved on; excused */
+            :: untaken[ti] && holder == ti + 1 && !PAUSED && (untaken[ti] == 2 || (alive[ti] && inacq[ti])) ->
+               age[ti]++;
+               assert(age[ti] <= K)                 /* handed_taken */
+            :: else -> skip
+            fi;
+            if
+            :: alive[ti] && inacq[ti] -> tn++
+            :: else -> skip
+            fi;
+            ti++
+         :: else -> break
+         od;
+         if
+         :: holder == 0 && tn > 0 && !PAUSED ->
+            freeage++;
+            assert(freeage <= K)                    /* free_taken */
+         :: else -> freeage = 0
+         fi;
+         /* the tick */
+         ti = 0;
+         do
+         :: ti < NC ->
+            dec(dl[ti]); dec(pdl[ti]); dec(slot[ti]); dec(lapse[ti]);
+            if
+            :: queued[ti] && inacq[ti] -> since[ti] = 1
+            :: else -> skip
+            fi;
+            rest[ti] = false;
+            ti++
+         :: else -> break
+         od;
+         /* the key expires */
+         if
+         :: lexp > 0 -> lexp--;
+            if
+            :: lexp == 0 -> holder = 0
+            :: else -> skip
+            fi
+         :: else -> skip
+         fi;
+         /* the queue key lapses with its newest entry */
+         if
+         :: rqn > 0 && lapse[0] == 0 && lapse[1] == 0 && lapse[2] == 0 ->
+            do
+            :: rqn > 0 -> x = rq[0]; rqremove(x); x = 0
+            :: else -> break
+            od
+         :: else -> skip
+         fi;
+         /* mutex */
+         tn = 0;
+         ti = 0;
+         do
+         :: ti < NC ->
+            if
+            :: holding[ti] && dl[ti] > 0 ->
+               tn++;
+               assert(holder == ti + 1 && lexp > 0 && myf[ti] == fctr)
+            :: else -> skip
+            fi;
+            ti++
+         :: else -> break
+         od;
+         assert(tn <= 1);
+         ti = 0; tn = 0
+       };
+       ticknd(0); ticknd(1); ticknd(2);
        if
        :: annp[0] == 2 -> annp[0] = 1
        :: annp[0] == 2 -> skip
@@ -802,41 +875,7 @@ end_t:
        :: annp[1] == 2 -> annp[1] = 1
        :: annp[1] == 2 -> skip
        :: else -> skip
-       fi;
-       /* the key expires */
-       if
-       :: lexp > 0 -> lexp--;
-          if
-          :: lexp == 0 -> holder = 0
-          :: else -> skip
-          fi
-       :: else -> skip
-       fi;
-       /* the queue key lapses with its newest entry */
-       if
-       :: rqn > 0 && lapse[0] == 0 && lapse[1] == 0 && lapse[2] == 0 ->
-          do
-          :: rqn > 0 -> x = rq[0]; rqremove(x); x = 0
-          :: else -> break
-          od
-       :: else -> skip
-       fi;
-       /* mutex */
-       tn = 0;
-       ti = 0;
-       do
-       :: ti < NC ->
-          if
-          :: holding[ti] && dl[ti] > 0 ->
-             tn++;
-             assert(holder == ti + 1 && lexp > 0 && myf[ti] == fctr)
-          :: else -> skip
-          fi;
-          ti++
-       :: else -> break
-       od;
-       assert(tn <= 1);
-       ti = 0; tn = 0
+       fi
      }
   od
 }
