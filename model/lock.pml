@@ -102,7 +102,7 @@ byte faults = FAULTS;
 /* Redis: the lock key, the fence counter, the handoff queue */
 byte holder;            /* 0: absent; i + 1: client i's token */
 byte lexp;              /* ticks left of the lock key */
-byte fctr;              /* the fence counter (kept for ever: no WithFenceTTL) */
+byte fctr;              /* the fence counter, 0: absent (kept for ever once taken: no WithFenceTTL) */
 byte rq[NC];            /* the queue's entries, in order of their 'a:' scores */
 byte rqn;
 byte lapse[NC];         /* ticks until each entry's 'l:' score lapses */
@@ -388,10 +388,21 @@ inline obtain(i) {
            fctr++; rf = fctr; rres = R_OK         /* 56 take_fence */
         fi
 #ifndef BUG_OBTAIN_NOT_RESEND_SAFE
-     :: holder == i + 1 ->                        /* 62-70: ours already */
+#ifndef REFUSAL_LIFTS
+     :: holder == i + 1 && zrref[i] ->            /* a resend of the call whose ZREM was
+                                                     refused: refused again (same rights) */
+        lexp = TTL; rres = R_ERR
+     :: holder == i + 1 && !zrref[i] ->           /* 62-70: ours already */
+#else
+     :: holder == i + 1 ->
+#endif
         lexp = TTL;                               /* 64 PEXPIRE */
         d_step { rqremove(i) }                    /* 68 won(false) */
-        rf = lf; rres = R_OK                      /* 54 the fence still ours */
+        if
+        :: lf > 0 -> rf = lf                      /* 52-54 the fence still ours */
+        :: else -> fctr++; rf = fctr              /* 56 no counter: take_fence */
+        fi;
+        rres = R_OK
      :: holder != 0 && holder != i + 1 ->
 #else
      :: holder != 0 ->
@@ -500,9 +511,13 @@ inline confirm(i) {
         assert(sx == 0);                          /* refused_clean */
         rres = R_ERR
      :: true ->
-        lf = fctr;                                /* 21 */
+        lf = fctr;                                /* 21 (fctr 0: no counter) */
         lexp = TTL;                               /* 26 PEXPIRE */
-        rf = lf; rres = R_OK                      /* 28-29 */
+        if
+        :: lf > 0 -> rf = lf                      /* 28-29 */
+        :: else -> fctr++; rf = fctr              /* 30-31 take_fence */
+        fi;
+        rres = R_OK
      fi;
      sx = 0; lf = 0
   fi
