@@ -53,7 +53,8 @@
  *  - fifo (release): a handoff goes to the live entry queued first;
  *  - handed_taken (tick): a lock handed to a waiting client's entry, or
  *    to a lapsed entry, is taken (or given back) before the next tick
- *    when no fault happened, within KF ticks otherwise (no lost wake-up);
+ *    when no fault happened, within KF ticks per fault so far otherwise
+ *    (no lost wake-up);
  *  - free_taken (tick): a free lock while a client waits is taken within
  *    the same bound (the head after a plain release);
  *    (both: time while a request is paused does not count)
@@ -97,7 +98,7 @@ byte faults = FAULTS;
 #define giveup faults
 #define crash faults
 #define lag faults
-#define K (faults == FAULTS -> 0 : KF)
+#define K ((FAULTS - faults) * KF)   /* each fault so far may cost a retry slot */
 
 /* Redis: the lock key, the fence counter, the handoff queue */
 byte holder;            /* 0: absent; i + 1: client i's token */
