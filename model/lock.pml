@@ -36,7 +36,7 @@
  *
  * Faults, from one budget FAULTS: a pause (a request waits for one or
  * more ticks: it lands against a moved-on state), a resend (a script runs
- * twice; the second delivery may come ticks later), a lost or a late
+ * twice; the second delivery comes a tick or more later), a lost or a late
  * announcement, a lost withdraw, a refused script (before its first
  * write; or lock_obtain's ZREM after its SET), a waiter that gives up
  * (ctx), client 2 crashing (waiting, with a reply in flight, holding),
@@ -58,7 +58,13 @@
  *  - free_taken (tick): a free lock while a client waits is taken within
  *    the same bound (the head after a plain release);
  *    (both: time while a request is paused does not count)
+ *  - not_lost_to_self (reply): an attempt is never told that the lock is
+ *    held by its own token (a resend whose first delivery took it);
  *  - refused_clean (confirm): a script refused by Redis wrote nothing.
+ *
+ * -DREFUSAL_LIFTS: a resend of a call whose ZREM was refused succeeds (the
+ * rights came back between the deliveries): with FAULTS=2, fence_grant
+ * fails (see NOTES-lock.md, Findings).
  */
 
 #define NC 3
