@@ -6,13 +6,13 @@
 /* mirrors: scripts/lib_queue.lua aba88f21cb60fe7cd6c3fd633be906dce95a99e0 */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */
 /* check: safety */
-/* check: safety -DTRYONCE -DFIX_WAKE_IN_FLIGHT */
-/* bug: LIBRARY_AS_IS safety -DTRYONCE */
+/* check: safety -DTRYONCE */
+/* bug: BUG_WAKE_USED_BY_INFLIGHT safety -DTRYONCE */
 /* bug: BUG_LATE_HANDOFF_NO_CONFIRM safety */
 /* bug: BUG_RELEASE_NO_ANNOUNCE safety */
 /* bug: BUG_CONFIRM_WRITE_FIRST safety */
 /* bug: BUG_NO_DROP_LAPSED safety */
-/* bug: BUG_TRY_NOT_RESEND_SAFE safety -DTRYONCE -DFIX_WAKE_IN_FLIGHT */
+/* bug: BUG_TRY_NOT_RESEND_SAFE safety -DTRYONCE */
 /* by hand (found too; left out of check.sh's runs for time, see NOTES-lock.md):
      BUG_NO_DRIFT safety, BUG_OBTAIN_NOT_RESEND_SAFE safety, BUG_QUEUE_RENEW_NO_NX safety */
 /*
@@ -66,11 +66,12 @@
  *
  * -DTRYONCE: client 1 makes an unfenced try-once call instead
  * (NoRetry: lock_try.lua, tryOnce), and its release, without the fence
- * key, drops the fenced entries (lib_queue.lua 22). The library as it is
- * fails free_taken there (LIBRARY_AS_IS): the announcement of that plain
- * release, heard while the head's attempt sent before it is on its way,
- * is used up by that attempt's failure (triedLocked clears q.woken), and
- * the head waits for its retry slot. -DFIX_WAKE_IN_FLIGHT models a fix.
+ * key, drops the fenced entries (lib_queue.lua 22). Before the fix of
+ * internal/notify found here (BUG_WAKE_USED_BY_INFLIGHT), free_taken
+ * failed there: the announcement of that plain release, heard while the
+ * head's attempt sent before it was on its way, was used up by that
+ * attempt's failure (triedLocked clears q.woken), and the head waited for
+ * its retry slot. Now kickLocked sets q.pending for a head mid-attempt.
  *
  * -DREFUSAL_LIFTS: a resend of a call whose ZREM was refused succeeds (the
  * rights came back between the deliveries): with FAULTS=2, fence_grant
@@ -165,8 +166,8 @@ byte pdl[NC];           /* the deadline of the request in flight */
 byte myf[NC];
 bool lagged[NC];
 bool zrref[NC];         /* its lock_obtain's ZREM was refused after the SET */
-#ifdef FIX_WAKE_IN_FLIGHT
-bool infl[NC];          /* an attempt on its way (from Sending to its reply) */
+#ifndef BUG_WAKE_USED_BY_INFLIGHT
+bool infl[NC];          /* w.trying: an attempt on its way (from Sending to its reply) */
 #endif
 
 /* the properties' ghosts */
@@ -195,11 +196,11 @@ inline kick(l) {
   if
   :: lqn[l] == 0 -> skip
   :: lqn[l] > 0 && wk[l] != 0 -> pend[l] = true
-#ifndef FIX_WAKE_IN_FLIGHT
-  :: lqn[l] > 0 && wk[l] == 0 -> wk[l] = lq[l * 2] + 1
+#ifdef BUG_WAKE_USED_BY_INFLIGHT
+  :: lqn[l] > 0 && wk[l] == 0 -> wk[l] = lq[l * 2] + 1   /* before the fix */
 #else
-  /* the fix proposed in NOTES-lock.md: a head whose attempt, sent before
-     this announcement, is on its way tries once more after it fails */
+  /* a head whose attempt (w.trying), sent before this announcement, is on
+     its way tries once more if it fails (q.pending) */
   :: lqn[l] > 0 && wk[l] == 0 && !infl[lq[l * 2]] -> wk[l] = lq[l * 2] + 1
   :: lqn[l] > 0 && wk[l] == 0 && infl[lq[l * 2]] -> wk[l] = lq[l * 2] + 1; pend[l] = true
 #endif
@@ -646,7 +647,7 @@ inline sending(i) {
   fi;
   missed[i] = false;
   pdl[i] = VALID;
-#ifdef FIX_WAKE_IN_FLIGHT
+#ifndef BUG_WAKE_USED_BY_INFLIGHT
   infl[i] = true;
 #endif
   maypause(i)
@@ -685,7 +686,7 @@ attempt:
   :: atomic {   /* the reply (another client's request may be answered first) */
        rs == 1 ->
        rs = 0;
-#ifdef FIX_WAKE_IN_FLIGHT
+#ifndef BUG_WAKE_USED_BY_INFLIGHT
        infl[i] = false;
 #endif
        if
