@@ -59,7 +59,7 @@
  *    (no lost wake-up);
  *  - free_taken (tick): a free lock while a client waits is taken within
  *    the same bound (the head after a plain release);
- *    (both: time while a request is paused does not count)
+ *    (both: a tick at which some request is paused excuses what is pending)
  *  - not_lost_to_self (reply): an attempt is never told that the lock is
  *    held by its own token (a resend whose first delivery took it);
  *  - refused_clean (confirm): a script refused by Redis wrote nothing.
