@@ -91,6 +91,10 @@ type Waiter struct {
 	missed bool
 	// done is set when the waiter leaves the queue with the lock.
 	done bool
+	// trying is set from Sending until the attempt's outcome is
+	// reported (triedLocked): an announcement heard meanwhile may come
+	// after the attempt ran in Redis, which then says nothing of it.
+	trying bool
 }
 
 func (w *Waiter) signal() {
@@ -242,6 +246,11 @@ func (n *Notifier) kickLocked(q *keyQueue) {
 		q.pending = true
 	default:
 		q.woken = q.waiters[0]
+		if q.woken.trying {
+			// Its attempt on the way may have run before what was
+			// announced: if it fails, the head tries once more.
+			q.pending = true
+		}
 		q.woken.signal()
 	}
 }

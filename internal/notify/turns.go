@@ -39,12 +39,10 @@ func (n *Notifier) Plan(w *Waiter) (tryNow bool, tryAt time.Time, head bool) {
 
 // Sending records that w is about to send an attempt.
 func (n *Notifier) Sending(w *Waiter) {
-	if !w.queue {
-		return
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !w.queued {
+	w.trying = true
+	if w.queue && !w.queued {
 		w.queued, w.since = true, time.Now()
 	}
 }
@@ -135,6 +133,7 @@ func (n *Notifier) heldByLocked(q *keyQueue, holder string) {
 // queue's state: the holder's expiry, and whether the lock is this
 // Locker's now.
 func (n *Notifier) triedLocked(w *Waiter, won bool, holderUntil time.Time) {
+	w.trying = false
 	q := w.q
 	q.holderUntil = holderUntil
 	q.ours = won
