@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -312,6 +313,81 @@ func TestRefusedMidwayLeavesNothing(t *testing.T) {
 		require.NotErrorIs(t, err, locksmith.ErrNotObtained)
 		require.Zero(t, admin.Exists(ctx, rkey).Val(), "a token nobody has")
 	})
+
+	// The lock's SPIN model found this one (model/lock.pml,
+	// REFUSAL_LIFTS): an obtain whose ZREM of its queue entry is refused
+	// after its SET, whose error reply is lost, and which go-redis sends
+	// again once the rights are back, finds its own token; it must come
+	// back with a fence of its own, not the last holder's.
+	t.Run("resent after a refused ZREM", func(t *testing.T) {
+		var resend resendOnce
+		user, admin := aclUser(t, srv, minimalRule...)
+		client := newClient(t, user.Options(), []redis.Hook{&resend})
+		l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
+		key := uniqueKey(t)
+		first, err := l.Obtain(ctx, key, locksmith.WithFencing())
+		require.NoError(t, err)
+		require.NoError(t, first.Release(ctx))
+		setRules(t, admin, client, "-zrem")
+		resend.arm(func() { setRules(t, admin, client, "+zrem") })
+		lk, err := l.Obtain(ctx, key, locksmith.WithFencing(), locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		require.NoError(t, err)
+		require.True(t, resend.fired(), "the obtain was not resent")
+		require.Greater(t, lk.Fence(), first.Fence(), "the resent obtain came back with the last holder's fence")
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+// resendOnce, once armed, delivers the next script call twice, as go-redis
+// does when a reply is lost: the first reply is dropped, between runs
+// between the two deliveries, and the second reply is the call's.
+type resendOnce struct {
+	mu      sync.Mutex
+	between func()
+	done    bool
+}
+
+func (r *resendOnce) arm(between func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.between = between
+}
+
+func (r *resendOnce) fired() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done
+}
+
+func (r *resendOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *resendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmd.Name()
+		r.mu.Lock()
+		between := r.between
+		if between != nil && (name == "evalsha" || name == "eval") {
+			r.between = nil
+		} else {
+			between = nil
+		}
+		r.mu.Unlock()
+		if between == nil {
+			return next(ctx, cmd)
+		}
+		_ = next(ctx, cmd) // the reply that is lost
+		between()
+		cmd.SetErr(nil)
+		err := next(ctx, cmd)
+		r.mu.Lock()
+		r.done = true
+		r.mu.Unlock()
+		return err
+	}
+}
+
+func (r *resendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // TestUnderMaxmemory: with memory full (noeviction), Obtain fails with an

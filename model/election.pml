@@ -1,4 +1,4 @@
-/* mirrors: scripts/lock_obtain.lua 22a72ca511644f312742e37dfa035929420e5be0 */
+/* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
 /* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
 /* mirrors: scripts/election_proclaim.lua 2b4e99d444d8c0db2f5b02253ba3a2c3572cb4e6 */

@@ -42,18 +42,25 @@ if fence_key then
   last_fence = redis.call('get', fence_key)
 end
 
+-- won takes the caller's fence, then drops its queue entry. The fence
+-- comes first: a ZREM refused after it (an ACL rule changed since the
+-- permissions check) leaves the lock held with the caller's fence taken,
+-- so that a resend of this call, which finds the caller's token, answers
+-- the counter and gets the caller's own fence, not the last holder's.
 local function won(fresh)
+  local fence = 0
+  if fence_key then
+    if not fresh and last_fence then
+      -- Nobody can have taken a fence since: it is still ours.
+      fence = tonumber(last_fence)
+    else
+      fence = take_fence(fence_key, last_fence, t, ARGV[3])
+    end
+  end
   if queue_key then
     redis.call('zrem', queue_key, 'a:' .. entry, 'l:' .. entry)
   end
-  if not fence_key then
-    return 0
-  end
-  if not fresh and last_fence then
-    -- Nobody can have taken a fence since: it is still ours.
-    return tonumber(last_fence)
-  end
-  return take_fence(fence_key, last_fence, t, ARGV[3])
+  return fence
 end
 
 if redis.call('set', lock_key, ARGV[1], 'NX', 'PX', ARGV[2]) then
