@@ -11,6 +11,14 @@ func QueuedWaiters(l *Locker, channel string) int {
 	return l.notify.Waiters(channel)
 }
 
+// HeardOn returns how many announcements and subscription confirmations
+// l's waiters for the key whose release channel is channel have heard,
+// and whether any of them is about to try or trying (see
+// notify.Notifier.Heard).
+func HeardOn(l *Locker, channel string) (events uint64, busy bool) {
+	return l.notify.Heard(channel)
+}
+
 // NewObservedBuffer is New with observer o, whose events wait in a buffer
 // of size, instead of the usual 1024, before they are dropped.
 func NewObservedBuffer(client redis.UniversalClient, o Observer, size int, opts ...Option) *Locker {

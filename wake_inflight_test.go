@@ -74,7 +74,13 @@ func TestReleaseHeardDuringAnAttempt(t *testing.T) {
 	}()
 	channel := plainNames(key).Channel
 	waitSubscribed(t, other, channel, 1)
-	time.Sleep(delay / 4) // its first attempts are over: it sleeps until its slot ends
+	// Its first attempts are over (the first, and the one its
+	// subscription's confirmation asked for): it sleeps until its slot
+	// ends.
+	eventually(t, 5*time.Second, func() bool {
+		events, busy := locksmith.HeardOn(waiter, channel)
+		return events >= 1 && !busy
+	}, "the waiter did not settle into its retry slot")
 	hold.armed.Store(true)
 	select {
 	case <-hold.ran: // the attempt at the end of its slot ran in Redis, and lost
@@ -84,7 +90,12 @@ func TestReleaseHeardDuringAnAttempt(t *testing.T) {
 	require.NoError(t, other.Del(ctx, key).Err())
 	require.NoError(t, other.Publish(ctx, channel, "").Err())
 	released := time.Now()
-	time.Sleep(50 * time.Millisecond) // the announcement reaches the waiter's Locker
+	// The announcement reaches the waiter's Locker while the attempt is
+	// on its way back.
+	eventually(t, 5*time.Second, func() bool {
+		events, _ := locksmith.HeardOn(waiter, channel)
+		return events >= 2
+	}, "the waiter's Locker did not hear the release")
 	close(hold.release)
 	r := <-done
 	require.NoError(t, r.err)

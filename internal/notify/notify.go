@@ -171,3 +171,21 @@ func (n *Notifier) Waiters(ch string) int {
 	}
 	return 0
 }
+
+// Heard reports, for tests, how many announcements and subscription
+// confirmations the waiters of ch have heard, and whether any of them is
+// told to try, due to try again, or has an attempt on its way: while busy
+// is false, the head sleeps until its retry slot ends (or it hears more).
+func (n *Notifier) Heard(ch string) (events uint64, busy bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.keys[ch]
+	if q == nil {
+		return 0, false
+	}
+	busy = q.woken != nil || q.pending
+	for _, w := range q.waiters {
+		busy = busy || w.trying
+	}
+	return q.events, busy
+}
