@@ -48,7 +48,8 @@ func LockFromContext(ctx context.Context) *Lock {
 	return lk
 }
 
-// Key returns the key as given to Obtain, without the prefix.
+// Key returns the key as given to Obtain, without the prefix; for a set
+// from ObtainAll, the first of its keys in sorted order (see Keys).
 func (lk *Lock) Key() string { return lk.key }
 
 // Token returns the random value that identifies this acquisition; the
@@ -62,6 +63,10 @@ func (lk *Lock) Token() string { return lk.token }
 // by a holder whose lock has passed to someone else (because it was paused
 // or cut off past its Deadline, say). Pass the token along with each write
 // to the resource; see WithFencing for what it relies on.
+//
+// For a set from ObtainAll, Fence returns the highest of its keys' tokens,
+// each from that key's own counter: compare a resource only with the
+// token of its own key, FenceOf.
 func (lk *Lock) Fence() int64 { return lk.fence }
 
 // Deadline returns the local, conservative end of the lock's validity: the
