@@ -49,6 +49,18 @@ func requireAbsent(t *testing.T, c redis.UniversalClient, rkeys ...string) {
 	}
 }
 
+// warmUpSet is warmUp for the scripts of a set.
+func warmUpSet(t *testing.T, l *locksmith.Locker) {
+	t.Helper()
+	ctx := t.Context()
+	lk, err := l.ObtainAll(ctx, keySet(t, 2))
+	require.NoError(t, err, "warm-up ObtainAll")
+	require.NoError(t, lk.Refresh(ctx, time.Minute), "warm-up Refresh")
+	_, err = lk.TTL(ctx)
+	require.NoError(t, err, "warm-up TTL")
+	require.NoError(t, lk.Release(ctx), "warm-up Release")
+}
+
 // TestObtainAll: one handle holds every key with one token; duplicates
 // count once; TTL, Refresh and Release cover every key.
 func TestObtainAll(t *testing.T) {
@@ -346,6 +358,15 @@ func TestWithLocks(t *testing.T) {
 		})
 		require.ErrorIs(t, err, errFn)
 		requireAbsent(t, c, keys...)
+
+		// The lease renews every key: the set outlives its TTL.
+		err = l.WithLocks(ctx, keys, func(ctx context.Context) error {
+			time.Sleep(300 * time.Millisecond)
+			requireHeldBy(t, c, locksmith.LockFromContext(ctx).Token(), keys...)
+			return ctx.Err()
+		}, locksmith.WithTTL(100*time.Millisecond))
+		require.NoError(t, err)
+		requireAbsent(t, c, keys...)
 	})
 }
 
@@ -360,20 +381,21 @@ func TestObtainAllFaults(t *testing.T) {
 	t.Run("lost reply", func(t *testing.T) {
 		var f fault
 		l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{&f}), locksmith.WithFencing())
-		warmUp(t, l)
+		warmUpSet(t, l)
 		keys := keySet(t, 3)
 		f.loseReply.Store(true)
 		_, err := l.ObtainAll(ctx, keys)
 		f.loseReply.Store(false)
 		require.Error(t, err)
 		require.NotErrorIs(t, err, locksmith.ErrNotObtained, "a lost reply is not someone else's lock")
+		require.Equal(t, int64(1), admin.Exists(ctx, plainNames(keys[0]).Fence).Val(), "the script did not run")
 		requireAbsent(t, admin, keys...)
 	})
 
 	t.Run("resent", func(t *testing.T) {
 		var f fault
 		l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{&f}), locksmith.WithFencing())
-		warmUp(t, l)
+		warmUpSet(t, l)
 		keys := keySet(t, 3)
 		f.resend.Store(true)
 		lk, err := l.ObtainAll(ctx, keys)
@@ -388,10 +410,25 @@ func TestObtainAllFaults(t *testing.T) {
 		require.NoError(t, lk.Release(ctx))
 	})
 
+	t.Run("ctx ends mid-call", func(t *testing.T) {
+		var f fault
+		l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{&f}))
+		warmUpSet(t, l)
+		keys := keySet(t, 3)
+		f.slowReply.Store(int64(100 * time.Millisecond))
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		_, err := l.ObtainAll(cctx, keys)
+		f.slowReply.Store(0)
+		require.ErrorIs(t, err, locksmith.ErrNotObtained)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		requireAbsent(t, admin, keys...)
+	})
+
 	t.Run("reply after validity", func(t *testing.T) {
 		var f fault
 		l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{&f}), locksmith.WithTTL(50*time.Millisecond))
-		warmUp(t, l)
+		warmUpSet(t, l)
 		keys := keySet(t, 2)
 		f.slowReply.Store(int64(100 * time.Millisecond))
 		_, err := l.ObtainAll(ctx, keys)
@@ -441,7 +478,7 @@ func TestObtainAllUnderMaxmemory(t *testing.T) {
 	ctx := t.Context()
 	client := newClient(t, srv.Options(), nil)
 	l := newLocker(t, client, locksmith.WithFencing())
-	warmUp(t, l)
+	warmUpSet(t, l)
 	// Fill with ever smaller values, so that memory stays full once the
 	// refused command's own buffer is freed.
 	for _, size := range []int{64 << 10, 1 << 10, 16} {

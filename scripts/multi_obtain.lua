@@ -16,7 +16,11 @@
 -- its fence is the counter's current value: each key's fence is taken
 -- before the key is set to the caller's token, so a key holding the token
 -- had its fence taken by this call, and nobody can take one while the
--- caller holds it.
+-- caller holds it. A resend after a refusal by another holder finds
+-- nothing of the caller's (the refusal wrote nothing); a key set by a
+-- delivery refused halfway (below) had its fence taken just before, so a
+-- later attempt that finds it answers that delivery's fence, never an
+-- earlier holder's.
 --
 -- Redis does not undo a script that fails halfway, so everything that
 -- can be refused by reading (TIME, every lock key, every counter) is read
