@@ -4,11 +4,19 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The store of a set of locks taken at once (Locker.ObtainAll): one
 // server, Sentinel or keys of one Cluster slot, each call one script over
 // every key of the set. A quorum has no extras, so it serves no sets.
+//
+// On Redis Cluster the acquire and the release name keys that may not
+// exist (a free key, an expired one), so, like the single-key scripts
+// that name a queue, they go to the slot's master through its own client
+// and, when the cluster refuses that, through the cluster client (see
+// viaMaster).
 
 // lockSet is a set of locks held (or being taken) with one token: the
 // keys as the caller gave them, deduplicated and sorted, and what the
@@ -46,7 +54,12 @@ func (s redisStore) acquireSet(ctx context.Context, set *lockSet, token any, ttl
 	args = append(args, set.fences...)
 	args[2] = len(args) - 3
 	args = append(args, token, ttlMS, fenceTTLMS, n)
-	v, err := multiObtainLua.run(ctx, s.client, args).Int64Slice()
+	multiObtainLua.prepare(args)
+	v, err := viaMaster(ctx, s, set.lockKeys[0].(string), func(c redis.UniversalClient) ([]int64, error) {
+		return multiObtainLua.send(ctx, c, args).Int64Slice()
+	}, func() ([]int64, error) {
+		return multiObtainLua.send(ctx, s.client, args).Int64Slice()
+	})
 	if err != nil {
 		return setRes{}, landedError{err}
 	}
@@ -78,7 +91,12 @@ func (ss lockSetStore) release(ctx context.Context, ref lockRef) (bool, error) {
 	args[2] = len(set.lockKeys)
 	args = append(args, ref.token, ss.s.publish())
 	args = append(args, set.channels...)
-	n, err := multiReleaseLua.run(ctx, ss.s.client, args).Int64()
+	multiReleaseLua.prepare(args)
+	n, err := viaMaster(ctx, ss.s, set.lockKeys[0].(string), func(c redis.UniversalClient) (int64, error) {
+		return multiReleaseLua.send(ctx, c, args).Int64()
+	}, func() (int64, error) {
+		return multiReleaseLua.send(ctx, ss.s.client, args).Int64()
+	})
 	return err == nil && int(n) == len(set.lockKeys), err
 }
 
