@@ -66,7 +66,8 @@ import (
 //     have to be undone; not supported.
 //   - WithReplicas, and a Locker with WithRestartGuard: not supported yet.
 //
-// A set of one key is exactly Obtain on that key.
+// A set of one key is exactly Obtain on that key. The Locker's observer
+// and tracer (WithObserver, WithTracer) do not report sets of more yet.
 func (l *Locker) ObtainAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
 	set, err := l.keySet(keys)
 	if err != nil {
