@@ -100,7 +100,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	ttl, held, err := lk.store.pttl(ctx, lk.ref)
 	if err != nil {
-		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.key, err)
+		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.name(), err)
 	}
 	if !held {
 		return 0, lk.notHeld()
@@ -173,13 +173,13 @@ func (lk *Lock) finishOnce(ctx context.Context, verb string, op func(context.Con
 	lk.releaseMu.Lock()
 	defer lk.releaseMu.Unlock()
 	if lk.isReleased() {
-		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.key)
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.name())
 	}
 	lk.stopRenewal()
 	ok, err := op(ctx, lk)
 	if err != nil {
 		lk.resumeRenewal()
-		return fmt.Errorf("locksmith: %s %q: %w", verb, lk.key, err)
+		return fmt.Errorf("locksmith: %s %q: %w", verb, lk.name(), err)
 	}
 	lk.end()
 	if !ok {

@@ -137,6 +137,14 @@ func (lk *Lock) FenceOf(key string) int64 {
 	return 0
 }
 
+// name is what lk's errors call it: its key, or for a set its keys.
+func (lk *Lock) name() any {
+	if set := lk.set(); set != nil {
+		return set.keys
+	}
+	return lk.key
+}
+
 // set returns the set of locks lk holds, or nil when it holds one lock.
 func (lk *Lock) set() *lockSet {
 	if ss, ok := lk.store.(lockSetStore); ok {

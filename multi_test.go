@@ -328,7 +328,9 @@ func TestObtainAllLost(t *testing.T) {
 		require.Less(t, c.PTTL(ctx, keys[0]).Val(), 11*time.Second, "a lost set was refreshed")
 		_, err = lk.TTL(ctx)
 		require.ErrorIs(t, err, locksmith.ErrNotHeld)
-		require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld)
+		err = lk.Release(ctx)
+		require.ErrorIs(t, err, locksmith.ErrNotHeld)
+		require.ErrorContains(t, err, keys[1], "the error names the set")
 		requireAbsent(t, c, keys...)
 
 		err = l.WithLocks(ctx, keys, func(ctx context.Context) error {
