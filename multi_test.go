@@ -538,6 +538,21 @@ func TestObtainAllClosed(t *testing.T) {
 	_, err = l.ObtainAll(ctx, keys)
 	require.ErrorIs(t, err, locksmith.ErrClosed)
 	require.NoError(t, other.Release(ctx))
+
+	// Closed while a winning attempt is in flight: the set is deleted.
+	var f fault
+	l = locksmith.New(newClient(t, srv.Options(), []redis.Hook{&f}))
+	warmUpSet(t, l)
+	f.slowReply.Store(int64(200 * time.Millisecond))
+	go func() {
+		_, err := l.ObtainAll(ctx, keys)
+		got <- err
+	}()
+	eventually(t, 5*time.Second, func() bool { return c.Exists(ctx, keys[0]).Val() == 1 }, "the set was taken")
+	require.NoError(t, l.Close())
+	require.ErrorIs(t, <-got, locksmith.ErrClosed)
+	f.slowReply.Store(0)
+	requireAbsent(t, c, keys...)
 }
 
 // TestObtainAllOverlapping: goroutines taking overlapping sets, in
