@@ -201,7 +201,7 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 		case err == nil:
 			timer.Reset(lk.untilRenewal())
 		case errors.Is(err, ErrNotHeld):
-			lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.key))
+			lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.name()))
 			return
 		case ctx.Err() != nil:
 			return
@@ -223,7 +223,7 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 	start := time.Now()
 	ok, err := lk.store.refresh(ctx, lk.ref, ttl)
 	if err != nil {
-		return fmt.Errorf("locksmith: refresh %q: %w", lk.key, err)
+		return fmt.Errorf("locksmith: refresh %q: %w", lk.name(), err)
 	}
 	if !ok {
 		return lk.notHeld()
@@ -254,7 +254,7 @@ func (lk *Lock) heldLocally() error {
 	}
 	switch {
 	case lk.released:
-		return fmt.Errorf("%w: %q was released", ErrNotHeld, lk.key)
+		return fmt.Errorf("%w: %q was released", ErrNotHeld, lk.name())
 	case lk.lost != nil:
 		return fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
 	}
@@ -263,7 +263,7 @@ func (lk *Lock) heldLocally() error {
 
 // notHeld is the error of a call that found the lock gone in Redis.
 func (lk *Lock) notHeld() error {
-	return fmt.Errorf("%w: %q expired or is held by another owner", ErrNotHeld, lk.key)
+	return fmt.Errorf("%w: %q expired or is held by another owner", ErrNotHeld, lk.name())
 }
 
 // renewOnce refreshes the lock to its current TTL, giving up at the
@@ -316,7 +316,7 @@ func (lk *Lock) checkValidity() {
 		lk.lease.watchdog.Reset(left)
 		return
 	}
-	cause := fmt.Errorf("%w: the validity of %q ran out before a renewal succeeded", ErrLockLost, lk.key)
+	cause := fmt.Errorf("%w: the validity of %q ran out before a renewal succeeded", ErrLockLost, lk.name())
 	if lk.lease.lastErr != nil {
 		cause = fmt.Errorf("%w (last renewal error: %w)", cause, lk.lease.lastErr)
 	}
@@ -345,7 +345,7 @@ func (lk *Lock) cappedLocked() bool {
 
 // capCause is why a lock past its WithMaxHold counts as lost.
 func (lk *Lock) capCause() error {
-	return fmt.Errorf("%w: %q reached its cap of %v (WithMaxHold); the lease stopped renewing it", ErrMaxHold, lk.key, lk.cfg.maxHold)
+	return fmt.Errorf("%w: %q reached its cap of %v (WithMaxHold); the lease stopped renewing it", ErrMaxHold, lk.name(), lk.cfg.maxHold)
 }
 
 // lose marks the lock lost with cause, unless it has already ended.

@@ -48,7 +48,8 @@ func LockFromContext(ctx context.Context) *Lock {
 	return lk
 }
 
-// Key returns the key as given to Obtain, without the prefix.
+// Key returns the key as given to Obtain, without the prefix; for a set
+// from ObtainAll, the first of its keys in sorted order (see Keys).
 func (lk *Lock) Key() string { return lk.key }
 
 // Token returns the random value that identifies this acquisition; the
@@ -62,6 +63,10 @@ func (lk *Lock) Token() string { return lk.token }
 // by a holder whose lock has passed to someone else (because it was paused
 // or cut off past its Deadline, say). Pass the token along with each write
 // to the resource; see WithFencing for what it relies on.
+//
+// For a set from ObtainAll, Fence returns the highest of its keys' tokens,
+// each from that key's own counter: compare a resource only with the
+// token of its own key, FenceOf.
 func (lk *Lock) Fence() int64 { return lk.fence }
 
 // Deadline returns the local, conservative end of the lock's validity: the
@@ -95,7 +100,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	ttl, held, err := lk.store.pttl(ctx, lk.ref)
 	if err != nil {
-		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.key, err)
+		return 0, fmt.Errorf("locksmith: TTL of %q: %w", lk.name(), err)
 	}
 	if !held {
 		return 0, lk.notHeld()
@@ -168,13 +173,13 @@ func (lk *Lock) finishOnce(ctx context.Context, verb string, op func(context.Con
 	lk.releaseMu.Lock()
 	defer lk.releaseMu.Unlock()
 	if lk.isReleased() {
-		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.key)
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, lk.name())
 	}
 	lk.stopRenewal()
 	ok, err := op(ctx, lk)
 	if err != nil {
 		lk.resumeRenewal()
-		return fmt.Errorf("locksmith: %s %q: %w", verb, lk.key, err)
+		return fmt.Errorf("locksmith: %s %q: %w", verb, lk.name(), err)
 	}
 	lk.end()
 	if !ok {

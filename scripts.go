@@ -12,7 +12,8 @@ import (
 // serves: lock_* a lock (and an election's term, which is one), permit_* a
 // semaphore's permit, rw_* a read-write lock's hold, hold_* the handle of
 // either of those two (both are members of one sorted set per name: see
-// store_hold.go), election_* an election, once_* Once, acl_probe.lua the check
+// store_hold.go), multi_* a set of locks taken at once, election_* an
+// election, once_* Once, acl_probe.lua the check
 // of the connected user's permissions (acl.go). The table below
 // lists, for each script, its preludes, in order, then its own file.
 //
@@ -62,6 +63,12 @@ var (
 	// An election's (leader.go).
 	leaderLua   = newScript("election_leader.lua")
 	proclaimLua = newScript("election_proclaim.lua")
+
+	// A set of locks taken at once (store_multi.go).
+	multiObtainLua  = newScript("lib_fence.lua", "multi_obtain.lua")
+	multiReleaseLua = newScript("multi_release.lua")
+	multiRefreshLua = newScript("multi_refresh.lua")
+	multiPTTLLua    = newScript("multi_pttl.lua")
 
 	// Once's (once.go).
 	completeLua = newScript("once_complete.lua")

@@ -100,6 +100,13 @@ type extras interface {
 	leader(ctx context.Context, k Keys) (rawLeader, error)
 	proclaim(ctx context.Context, ref lockRef, value string) (bool, error)
 	news(ctx context.Context, ch, msg string) error
+	// acquireSet runs one attempt to take every lock of a set, and
+	// setHandles returns what the handle of a set runs on (see
+	// store_multi.go); sharded reports whether the deployment is Redis
+	// Cluster, where a set must lie in one slot.
+	acquireSet(ctx context.Context, set *lockSet, token, ttlMS, fenceTTLMS any) (setRes, error)
+	setHandles(set *lockSet) handleStore
+	sharded() bool
 }
 
 // handleStore is what the handle of a hold (a Lock: a lock, a permit of a
