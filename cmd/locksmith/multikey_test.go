@@ -232,3 +232,17 @@ func TestSetUsageErrors(t *testing.T) {
 		t.Error("a command ran despite a usage error")
 	}
 }
+
+// The help of run tells of sets.
+func TestHelpSet(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := locksmith(t, nil, "help", "run")
+	if code != 0 || stderr != "" {
+		t.Fatalf("help run: exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"--key KEY --key KEY...", "LOCKSMITH_KEYS", "LOCKSMITH_FENCES", "given more than once"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("help run: %q missing from\n%s", want, stdout)
+		}
+	}
+}

@@ -78,6 +78,7 @@ type runFlags struct {
 func runFlagSet(f *runFlags) *flag.FlagSet {
 	set := newFlagSet("run")
 	f.connFlags.register(set)
+	set.Lookup("key").Usage = "`KEY` naming the lock, without the prefix (required); given more than once, every KEY is taken at once, or none"
 	set.DurationVar(&f.ttl, "ttl", defaultTTL, "the lock's time to live: how long it outlives a locksmith that died; renewed every third of it")
 	set.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for a lock held elsewhere (default: try once)")
 	set.DurationVar(&f.grace, "grace", defaultGrace, "when the lock is lost, the time between SIGTERM and SIGKILL")
