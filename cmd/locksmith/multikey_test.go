@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
+	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
 // run --key A --key B holds both keys with one token while COMMAND runs,
@@ -244,5 +245,45 @@ func TestHelpSet(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("help run: %q missing from\n%s", want, stdout)
 		}
+	}
+}
+
+// On Redis Cluster a set must be in one hash slot: keys in different
+// slots are a usage error before anything is taken, and keys with a
+// common hash tag are taken together.
+func TestClusterRunSet(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.SharedCluster(t)
+	url := "redis://" + cluster.Nodes[0].Addr + "?addr=" + cluster.Nodes[1].Addr
+	keys, _ := clusterKeys(t, cluster, 2)
+	dir := t.TempDir()
+	code, _, stderr := locksmith(t, nil, "run", "--cluster", "--redis", url, "--key", keys[0], "--key", keys[1], "--", "touch", dir+"/ran")
+	if code != 64 || !strings.Contains(stderr, "hash slots") || exists(dir+"/ran") {
+		t.Errorf("keys in different slots: exit %d, stderr %q; want 64, why, and nothing run", code, stderr)
+	}
+	if n := cluster.Client(t).Exists(t.Context(), "locksmith:"+keys[0]).Val() + cluster.Client(t).Exists(t.Context(), "locksmith:"+keys[1]).Val(); n != 0 {
+		t.Errorf("%d keys taken by a refused set", n)
+	}
+
+	tag := "{" + uniqueKey(t) + "}"
+	code, _, stderr = locksmith(t, nil, "run", "--cluster", "--redis", url, "--key", tag+":a", "--key", tag+":b", "--", "touch", dir+"/ran")
+	if code != 0 || !exists(dir+"/ran") {
+		t.Errorf("keys with a common hash tag: exit %d, stderr %q; want 0 and the command run", code, stderr)
+	}
+}
+
+// --max-hold caps a set as it caps a lock: SIGTERM at the cap, exit 79,
+// and both keys released at once.
+func TestRunSetMaxHold(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	a, b, dir := uniqueKey(t)+":a", uniqueKey(t)+":b", t.TempDir()
+	p := start(t, nil, append([]string{"run", "--redis", url, "--key", a, "--key", b, "--ttl", "30s", "--max-hold", "1s", "--"},
+		script(dir, `trap 'echo TERM > "$1/got-term"; exit 143' TERM
+			while :; do sleep 0.05; done`)...)...)
+	eventually(t, 20*time.Second, func() bool { return exists(dir + "/got-term") }, "the command got no SIGTERM")
+	p.expect(t, 79)
+	if n := client.Exists(t.Context(), "locksmith:"+a, "locksmith:"+b).Val(); n != 0 {
+		t.Errorf("%d keys of the capped set were left to their TTL of 30s", n)
 	}
 }
