@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Defaults of the flags every command shares.
@@ -20,17 +22,37 @@ const (
 // connFlags are the flags every command shares: which lock, and where
 // Redis is.
 type connFlags struct {
-	key         string
-	redisURL    string // empty: $REDIS_URL, else defaultURL
-	cluster     bool   // redisURL names Redis Cluster nodes
+	key         string   // the first --key
+	keys        []string // every --key, in the order given; only run takes several
+	redisURL    string   // empty: $REDIS_URL, else defaultURL
+	cluster     bool     // redisURL names Redis Cluster nodes
 	prefix      string
 	dialTimeout time.Duration
 	timeout     time.Duration
 }
 
 func (c *connFlags) register(set *flag.FlagSet) {
-	set.StringVar(&c.key, "key", "", "`KEY` naming the lock, without the prefix (required)")
+	set.Var(keyFlag{c}, "key", "`KEY` naming the lock, without the prefix (required)")
 	c.registerRedis(set)
+}
+
+// keyFlag is the value of --key, which may be given more than once: every
+// value goes to keys, and the first to key.
+type keyFlag struct{ c *connFlags }
+
+func (k keyFlag) String() string {
+	if k.c == nil {
+		return "" // the zero value that flag.PrintDefaults makes
+	}
+	return k.c.key
+}
+
+func (k keyFlag) Set(s string) error {
+	if len(k.c.keys) == 0 {
+		k.c.key = s
+	}
+	k.c.keys = append(k.c.keys, s)
+	return nil
 }
 
 // registerRedis registers the flags that say where Redis is, for a
@@ -45,10 +67,33 @@ func (c *connFlags) registerRedis(set *flag.FlagSet) {
 	set.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long to wait for each Redis command's reply")
 }
 
-// check reports a missing or invalid shared flag.
+// check reports a missing or invalid shared flag, for a command that
+// takes one key.
 func (c *connFlags) check() error {
 	if c.key == "" {
 		return errors.New("--key is required")
+	}
+	if len(c.keys) > 1 {
+		return fmt.Errorf("--key given %d times: this command takes one key (only run takes several)", len(c.keys))
+	}
+	return c.checkRedis()
+}
+
+// checkKeys reports a missing or invalid shared flag, for run, which
+// takes one key or several.
+func (c *connFlags) checkKeys() error {
+	if len(c.keys) < 2 {
+		return c.check()
+	}
+	for i, k := range c.keys {
+		switch {
+		case k == "":
+			return fmt.Errorf("--key %d of %d is empty", i+1, len(c.keys))
+		case strings.ContainsFunc(k, unicode.IsSpace):
+			return fmt.Errorf("--key %q: with several keys, a key cannot contain white space, which separates them in LOCKSMITH_KEYS", k)
+		case slices.Contains(c.keys[:i], k):
+			return fmt.Errorf("--key %q given twice", k)
+		}
 	}
 	return c.checkRedis()
 }

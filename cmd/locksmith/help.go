@@ -13,6 +13,7 @@ runs it at a time.
 Usage:
 
   locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
+  locksmith run     [flags] --key KEY --key KEY... -- COMMAND [ARGS...]
   locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
   locksmith elect   [flags] --name NAME --observe [--json]
   locksmith status  [flags] --key KEY [--json] [--show-token]
@@ -87,8 +88,9 @@ Exit status:
   64     usage error: bad flags or arguments, or release without --force
   69     Redis unreachable or answering errors; run runs nothing
          (elect: see 'locksmith help elect')
-  75     the lock is held elsewhere (still, after --wait); run runs nothing
-  79     the lock was lost before COMMAND exited; COMMAND was stopped
+  75     the lock (of a set, any) is held elsewhere (still, after --wait);
+         run runs nothing and takes nothing
+  79     the lock (of a set, any) was lost before COMMAND exited; COMMAND was stopped
          if it was still running (with --once, nothing was recorded);
          elect --exit-with-command: leadership was lost
   80     run --once found that a run under KEY has already succeeded;
@@ -100,6 +102,7 @@ Run 'locksmith help COMMAND' for the flags and examples of a command.
 `
 
 const runIntro = `Usage: locksmith run [flags] --key KEY -- COMMAND [ARGS...]
+       locksmith run [flags] --key KEY --key KEY... -- COMMAND [ARGS...]
 
 Run COMMAND while holding the lock KEY, so that of all the hosts sharing the
 Redis server only one runs such a COMMAND at a time.
@@ -136,6 +139,18 @@ once (as consul lock -n does): the same exit statuses, --wait, --ttl,
 permit expires on its own, so the permit of a locksmith that died comes
 back after --ttl. A KEY is either a lock or a semaphore; --limit cannot
 be combined with --once.
+
+--key given more than once takes a set of locks: every KEY at once, or
+none (if any is held elsewhere, run exits 75 and takes none; --wait waits
+for the whole set). One token holds every KEY, so status shows the same
+token mark on each. COMMAND gets the keys, sorted and separated by spaces,
+in LOCKSMITH_KEYS and LOCKSMITH_KEY (a key of a set cannot contain white
+space); with --fencing, LOCKSMITH_FENCE is the highest of the keys'
+fencing tokens and LOCKSMITH_FENCES holds each key's own, as KEY=FENCE
+separated by spaces: pass each resource the token of its own key. The
+set is lost as a whole when any KEY is lost (exit 79, as for a lock).
+--once and --limit take one KEY. On Redis Cluster, the keys must share a
+hash slot: give them a common hash tag ({order:42}:items).
 
 --fencing gives COMMAND a fencing token in LOCKSMITH_FENCE: a decimal
 integer larger than any token given to an earlier holder of KEY (compare
@@ -176,7 +191,8 @@ lost (cause), child_killed (signal SIGTERM or SIGKILL), child_exited
 and last exit (status). No token is ever written. For example:
   {"time":"2026-12-02T02:15:00.412Z","level":"INFO","msg":"acquired","key":"backup",
    "waited_ms":1875,"hold":"lock","attempts":2,"handed_over":true,"ttl_ms":30000}
-(on one line). COMMAND's own output is not changed. docs/cli.md lists
+(on one line). The records of a set of locks have keys, the sorted keys,
+instead of key. COMMAND's own output is not changed. docs/cli.md lists
 every record and field.
 
 Flags:
@@ -206,6 +222,9 @@ Examples:
   # fire later, or again, skip it for two days.
   locksmith run --once --done-ttl 48h --skip-ok --key "report:$(date -d yesterday +%F)" \
     -- /usr/local/bin/report --day yesterday
+
+  # Move money between two accounts: both locks at once, or neither.
+  locksmith run --wait 10s --key account:17 --key account:42 -- ./transfer 17 42 100
 
   # Pass the fencing token with the write; the store refuses a token smaller
   # than the largest it has seen. Single quotes: $LOCKSMITH_FENCE is set for

@@ -3,6 +3,7 @@
 // at a time.
 //
 //	locksmith run     [flags] --key KEY -- COMMAND [ARGS...]
+//	locksmith run     [flags] --key KEY --key KEY... -- COMMAND [ARGS...]
 //	locksmith elect   [flags] --name NAME [--value VALUE] -- COMMAND [ARGS...]
 //	locksmith elect   [flags] --name NAME --observe [--json]
 //	locksmith status  [flags] --key KEY [--json] [--show-token]
@@ -18,7 +19,8 @@
 // runs, COMMAND's process group gets SIGTERM, then SIGKILL after --grace.
 // With --once it runs COMMAND only if no earlier run under the key has
 // succeeded, and records a success; with --fencing COMMAND gets a fencing
-// token to pass to the resource it writes; with --log-format json it
+// token to pass to the resource it writes; with --key given more than
+// once it takes every key at once, or none; with --log-format json it
 // reports what it does as JSON lines on stderr. status shows whether a
 // lock is held and for how long, the last fencing token and the record of
 // a success, and with --watch each change of them; ls lists the locks

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +78,7 @@ type runFlags struct {
 func runFlagSet(f *runFlags) *flag.FlagSet {
 	set := newFlagSet("run")
 	f.connFlags.register(set)
+	set.Lookup("key").Usage = "`KEY` naming the lock, without the prefix (required); given more than once, every KEY is taken at once, or none"
 	set.DurationVar(&f.ttl, "ttl", defaultTTL, "the lock's time to live: how long it outlives a locksmith that died; renewed every third of it")
 	set.DurationVar(&f.wait, "wait", 0, "wait up to `DURATION` for a lock held elsewhere (default: try once)")
 	set.DurationVar(&f.grace, "grace", defaultGrace, "when the lock is lost, the time between SIGTERM and SIGKILL")
@@ -95,10 +97,14 @@ func runFlagSet(f *runFlags) *flag.FlagSet {
 }
 
 func (f *runFlags) check(command []string) error {
-	if err := f.connFlags.check(); err != nil {
+	if err := f.connFlags.checkKeys(); err != nil {
 		return err
 	}
-	switch {
+	switch several := len(f.keys) > 1; {
+	case several && f.once:
+		return errors.New("--once records the success of one key's job; it cannot be combined with several --key")
+	case several && f.limit > 0:
+		return errors.New("--limit takes a permit of one key's semaphore; it cannot be combined with several --key")
 	case f.ttl <= 0:
 		return fmt.Errorf("--ttl %v is not positive", f.ttl)
 	case f.wait < 0:
@@ -138,8 +144,16 @@ func (u *ui) run(args []string) (code int) {
 	if code, ok := u.parseFlags(set, "run", args); !ok {
 		return code
 	}
-	if err := u.startLog(f.logFormat, f.key); err != nil {
+	keySet := f.set()
+	logKey := f.key
+	if keySet != nil {
+		logKey = "" // the records name the set instead
+	}
+	if err := u.startLog(f.logFormat, logKey); err != nil {
 		return u.usageError("run", err)
+	}
+	if u.log != nil && keySet != nil {
+		u.log = u.log.With(slog.Any("keys", keySet))
 	}
 	defer func() { u.logExit(code) }()
 	set.Visit(func(fl *flag.Flag) {
@@ -191,7 +205,16 @@ func (u *ui) run(args []string) (code int) {
 	return r.run()
 }
 
-// A runner runs one COMMAND under one lock.
+// set returns the keys of a set of locks, sorted, when --key was given
+// more than once, and nil otherwise.
+func (f *runFlags) set() []string {
+	if len(f.keys) < 2 {
+		return nil
+	}
+	return slices.Sorted(slices.Values(f.keys))
+}
+
+// A runner runs one COMMAND under one lock, or a set of locks.
 type runner struct {
 	supervisor
 	flags  *runFlags
@@ -228,8 +251,11 @@ func (r *runner) run() int {
 		}
 		lk := locksmith.LockFromContext(lease)
 		if r.events != nil {
-			r.report(slog.LevelInfo, "acquired", "",
-				r.events.obtainAttrs(start, r.flags.ttl, lk.Fence(), r.flags.fencing)...)
+			attrs := r.events.obtainAttrs(start, r.flags.ttl, lk.Fence(), r.flags.fencing)
+			if r.flags.fencing && r.flags.set() != nil {
+				attrs = append(attrs, slog.Any("fences", fencesOf(lk)))
+			}
+			r.report(slog.LevelInfo, "acquired", "", attrs...)
 		}
 		o = r.supervise(r.what(), r.childEnv(lk), lease)
 		// Read before the lease ends with the release.
@@ -247,6 +273,8 @@ func (r *runner) run() int {
 		_, err = r.locker.Once(ctx, r.flags.key, job, opts...)
 	case r.flags.limit > 0:
 		err = r.locker.Semaphore(r.flags.key, r.flags.limit).WithPermit(ctx, job, opts...)
+	case r.flags.set() != nil:
+		err = r.locker.WithLocks(ctx, r.flags.set(), job, opts...)
 	default:
 		err = r.locker.WithLock(ctx, r.flags.key, job, opts...)
 	}
@@ -314,8 +342,12 @@ func (r *runner) notRun(err error, sig os.Signal, start time.Time) int {
 	}
 }
 
-// what names what run holds: the lock, or a permit of the semaphore.
+// what names what run holds: the lock, a permit of the semaphore, or the
+// set of locks.
 func (r *runner) what() string {
+	if set := r.flags.set(); set != nil {
+		return "set of locks " + quoteKeys(set)
+	}
 	if r.flags.limit > 0 {
 		return fmt.Sprintf("permit of semaphore %q", r.flags.key)
 	}
@@ -324,6 +356,9 @@ func (r *runner) what() string {
 
 // heldText says that what run asks for is held, before "held elsewhere".
 func (r *runner) heldText() string {
+	if set := r.flags.set(); set != nil {
+		return "a lock of the set " + quoteKeys(set) + " is"
+	}
 	if r.flags.limit > 0 {
 		return fmt.Sprintf("all %d permits of semaphore %q are", r.flags.limit, r.flags.key)
 	}
@@ -392,9 +427,52 @@ func withoutErr(err, target error) error {
 	return errors.Join(rest...)
 }
 
-// childEnv returns COMMAND's environment for run (see lockEnv).
+// quoteKeys returns the keys of a set, quoted and separated by commas,
+// for messages.
+func quoteKeys(keys []string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = strconv.Quote(k)
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// childEnv returns COMMAND's environment for run: lockEnv's for one lock.
+// For a set, LOCKSMITH_KEY and LOCKSMITH_KEYS are its keys, sorted and
+// separated by spaces (a key of a set has none); with fencing,
+// LOCKSMITH_FENCE is the highest fence, as Fence returns it, and
+// LOCKSMITH_FENCES each key's own, as KEY=FENCE separated by spaces.
 func (r *runner) childEnv(lk *locksmith.Lock) []string {
-	return lockEnv(lk, r.flags.fencing)
+	keys := lk.Keys()
+	if len(keys) < 2 {
+		return lockEnv(lk, r.flags.fencing)
+	}
+	all := strings.Join(keys, " ")
+	env := append(os.Environ(),
+		"LOCKSMITH_KEY="+all,
+		"LOCKSMITH_KEYS="+all,
+		"LOCKSMITH_TOKEN="+lk.Token(),
+	)
+	if r.flags.fencing {
+		fences := make([]string, len(keys))
+		for i, k := range keys {
+			fences[i] = k + "=" + strconv.FormatInt(lk.FenceOf(k), 10)
+		}
+		env = append(env,
+			"LOCKSMITH_FENCE="+strconv.FormatInt(lk.Fence(), 10),
+			"LOCKSMITH_FENCES="+strings.Join(fences, " "),
+		)
+	}
+	return env
+}
+
+// fencesOf returns the fence of each key of a set, for the JSON log.
+func fencesOf(lk *locksmith.Lock) map[string]int64 {
+	fences := make(map[string]int64)
+	for _, k := range lk.Keys() {
+		fences[k] = lk.FenceOf(k)
+	}
+	return fences
 }
 
 // lockEnv returns COMMAND's environment: locksmith's own, with the lock's
