@@ -143,6 +143,9 @@ func uniqueKey(t *testing.T) string {
 type counter struct {
 	mu    sync.Mutex
 	names []string
+	// answered counts, by name, the commands whose replies have come
+	// back (pipelines not included).
+	answered map[string]int
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -150,8 +153,23 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.record(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		c.mu.Lock()
+		if c.answered == nil {
+			c.answered = map[string]int{}
+		}
+		c.answered[strings.ToLower(cmd.Name())]++
+		c.mu.Unlock()
+		return err
 	}
+}
+
+// answeredOf returns how many commands named name (lower case) have had
+// their replies.
+func (c *counter) answeredOf(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered[name]
 }
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

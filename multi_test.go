@@ -222,14 +222,17 @@ func TestObtainAllWaits(t *testing.T) {
 		t.Run("until released", func(t *testing.T) {
 			other, err := l.Obtain(ctx, keys[2])
 			require.NoError(t, err)
+			var calls counter
+			waiter := newLocker(t, b.client(t, &calls))
 			got := make(chan error, 1)
 			var lk *locksmith.Lock
 			go func() {
 				var err error
-				lk, err = l.ObtainAll(ctx, keys, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+				lk, err = waiter.ObtainAll(ctx, keys, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
 				got <- err
 			}()
-			time.Sleep(50 * time.Millisecond)
+			eventually(t, 5*time.Second, func() bool { return calls.answeredOf("evalsha")+calls.answeredOf("eval") >= 2 },
+				"the set was not refused twice")
 			requireAbsent(t, c, keys[0], keys[1])
 			require.NoError(t, other.Release(ctx))
 			require.NoError(t, <-got)
@@ -364,9 +367,12 @@ func TestWithLocks(t *testing.T) {
 		requireAbsent(t, c, keys...)
 
 		// The lease renews every key: the set outlives its TTL.
+		start := time.Now()
 		err = l.WithLocks(ctx, keys, func(ctx context.Context) error {
-			time.Sleep(300 * time.Millisecond)
-			requireHeldBy(t, c, locksmith.LockFromContext(ctx).Token(), keys...)
+			lk := locksmith.LockFromContext(ctx)
+			eventually(t, 10*time.Second, func() bool { return lk.Deadline().After(start.Add(300 * time.Millisecond)) },
+				"the lease did not renew the set past three TTLs")
+			requireHeldBy(t, c, lk.Token(), keys...)
 			return ctx.Err()
 		}, locksmith.WithTTL(100*time.Millisecond))
 		require.NoError(t, err)
@@ -520,13 +526,16 @@ func TestObtainAllClosed(t *testing.T) {
 	other, err := holder.Obtain(ctx, keys[1])
 	require.NoError(t, err)
 
-	l := locksmith.New(c)
+	var calls counter
+	l := locksmith.New(newClient(t, srv.Options(), []redis.Hook{&calls}))
 	got := make(chan error, 1)
 	go func() {
 		_, err := l.ObtainAll(ctx, keys, locksmith.WithRetry(locksmith.LinearBackoff(time.Minute)))
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// Its first attempt was refused: it waits a minute for the next.
+	eventually(t, 5*time.Second, func() bool { return calls.answeredOf("evalsha")+calls.answeredOf("eval") >= 1 },
+		"the set made no attempt")
 	require.NoError(t, l.Close())
 	select {
 	case err := <-got:
@@ -587,7 +596,7 @@ func TestObtainAllOverlapping(t *testing.T) {
 								overlaps.Add(1)
 							}
 						}
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // the work: a while for an overlap to show
 						for _, i := range idx {
 							inUse[i].Add(-1)
 						}
