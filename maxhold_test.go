@@ -22,7 +22,9 @@ func TestLeaseStopsRenewingAtMaxHold(t *testing.T) {
 		raw := b.client(t)
 		var calls counter
 		key := uniqueKey(t)
-		const ttl, maxHold = 300 * time.Millisecond, 800 * time.Millisecond
+		// Renewed every TTL/3: at the cap the key has at least two thirds
+		// of its TTL left, room for a loaded machine to read it.
+		const ttl, maxHold = 900 * time.Millisecond, 2 * time.Second
 		l := newLocker(t, b.client(t, &calls))
 		before := time.Now()
 		lk, err := l.Obtain(ctx, key, locksmith.WithTTL(ttl), locksmith.WithMaxHold(maxHold))

@@ -370,11 +370,11 @@ func TestWithLocks(t *testing.T) {
 		start := time.Now()
 		err = l.WithLocks(ctx, keys, func(ctx context.Context) error {
 			lk := locksmith.LockFromContext(ctx)
-			eventually(t, 10*time.Second, func() bool { return lk.Deadline().After(start.Add(300 * time.Millisecond)) },
+			eventually(t, 10*time.Second, func() bool { return lk.Deadline().After(start.Add(900 * time.Millisecond)) },
 				"the lease did not renew the set past three TTLs")
 			requireHeldBy(t, c, lk.Token(), keys...)
 			return ctx.Err()
-		}, locksmith.WithTTL(100*time.Millisecond))
+		}, locksmith.WithTTL(300*time.Millisecond))
 		require.NoError(t, err)
 		requireAbsent(t, c, keys...)
 	})
