@@ -101,29 +101,11 @@ func connectMySQL() error {
 		return err
 	}
 	db := sql.OpenDB(connector)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			my.admin = db
-			return nil
-		}
-		if my.exited != nil {
-			select {
-			case <-my.exited:
-				_ = db.Close()
-				return fmt.Errorf("the private MariaDB exited: %w\n%s", err, logTail(filepath.Join(my.dir, "mariadbd.log")))
-			default:
-			}
-		}
-		if time.Now().After(deadline) {
-			_ = db.Close()
-			return fmt.Errorf("%s does not answer: %w", my.where, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := waitAnswers(db, my.where, "MariaDB", my.exited, filepath.Join(my.dir, "mariadbd.log")); err != nil {
+		return err
 	}
+	my.admin = db
+	return nil
 }
 
 // startMariaDB starts a private MariaDB in a temporary directory, on a

@@ -117,28 +117,37 @@ func connectPostgres() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pg.where, err)
 	}
+	if err := waitAnswers(db, pg.where, "PostgreSQL", pg.exited, filepath.Join(pg.dir, "postgres.log")); err != nil {
+		return err
+	}
+	pg.admin = db
+	return nil
+}
+
+// waitAnswers waits up to 20s until db answers a ping, and closes it when
+// it does not: the server where, a private one of the kind what when
+// exited is not nil (closed when its process has exited, whose log is at
+// log).
+func waitAnswers(db *sql.DB, where, what string, exited chan struct{}, log string) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = db.PingContext(ctx)
+		err := db.PingContext(ctx)
 		cancel()
 		if err == nil {
-			pg.admin = db
 			return nil
 		}
-		if pg.exited != nil {
-			select {
-			case <-pg.exited:
-				_ = db.Close()
-				return fmt.Errorf("the private PostgreSQL exited: %w\n%s", err, logTail(filepath.Join(pg.dir, "postgres.log")))
-			default:
-			}
+		select {
+		case <-exited: // never ready when nil
+			_ = db.Close()
+			return fmt.Errorf("the private %s exited: %w\n%s", what, err, logTail(log))
+		default:
 		}
 		if time.Now().After(deadline) {
 			_ = db.Close()
-			return fmt.Errorf("%s does not answer: %w", pg.where, err)
+			return fmt.Errorf("%s does not answer: %w", where, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a server starting up: poll
 	}
 }
 
