@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
@@ -197,6 +200,13 @@ func (l *Locker) setConfig(set []string, opts []Option) (config, error) {
 	return cfg, nil
 }
 
+// setToken returns a new token for a set of n locks: a random UUID, a
+// slash and n, so that Inspect of any key of the set can tell that its
+// holder holds it as part of a set, and of how many keys.
+func setToken(n int) string {
+	return uuid.NewString() + "/" + strconv.Itoa(n)
+}
+
 // newLockSet returns the set of locks on keys, sorted and distinct, with
 // cfg.
 func newLockSet(keys []string, cfg *config) *lockSet {
@@ -231,7 +241,7 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*L
 		}
 	}
 	set := newLockSet(keys, cfg)
-	token := newToken(cfg)
+	token := setToken(len(keys))
 	lk := &Lock{key: first, token: token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
 	lk.ref = lockRef{key: cfg.prefix + first, lockKey: set.lockKeys[0], token: token, channel: set.channels[0],
 		fenceTTLMS: cfg.fenceTTLMS}
