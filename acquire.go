@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
-	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // The one way a hold is acquired: Obtain, WithLock and Once (a lock),
@@ -68,8 +67,8 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	if t.Queued {
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in.
-		w := l.notify.Join(ctx, ch, t, noAttempt, newToken(cfg), queue, k.shares(), time.Time{})
-		return l.wait(ctx, &a, backoff, delay, w, tries{})
+		a.w = l.notify.Join(ctx, ch, t, noAttempt, newToken(cfg), queue, k.shares(), time.Time{})
+		return l.wait(ctx, &a, backoff, delay, tries{})
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
@@ -83,8 +82,8 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	if lk != nil || err != nil {
 		return lk, tries{attempts: 1}, err
 	}
-	w := l.notify.Join(ctx, ch, t, res.attempt(), token, queue, k.shares(), start)
-	return l.wait(ctx, &a, backoff, delay, w, tries{attempts: 1})
+	a.w = l.notify.Join(ctx, ch, t, res.attempt(), token, queue, k.shares(), start)
+	return l.wait(ctx, &a, backoff, delay, tries{attempts: 1})
 }
 
 // needsOf returns what the calls for holds of kind k with cfg need of the
@@ -156,16 +155,46 @@ func newBackoff(s RetryStrategy) Backoff {
 // head of each Locker's queue tries for it.
 
 // The subscriptions, the queues and what an announcement does to them
-// are the Locker's notifier (see internal/notify); wait drives one waiter
-// through its queue.
+// are the Locker's notifier (see internal/notify); wait drives one call
+// through its place in the queues.
 
-// wait makes waiter w's attempts for a until it obtains what it waits
-// for, the strategy gives up, or ctx ends. The first retry
+// A place is where one call waits: in the queue of its key (an
+// acquisition's, in attempt.go), or, for a set of locks, in the queue of
+// every key of the set (a setAcquisition's, in multi.go). wait drives
+// either the same way.
+type place interface {
+	// name is the key that the call's errors name.
+	name() string
+	// wake returns the channel on which the place is asked to look at
+	// its queues again (see notify.Waiter.Wake).
+	wake() <-chan struct{}
+	// handedOver returns the hold when the handoffs heard since the last
+	// call complete it (done), or an error that ends the call.
+	handedOver(ctx context.Context) (lk *Lock, done bool, err error)
+	// plan says what to do next, as notify.Notifier.Plan does.
+	plan() (tryNow bool, tryAt time.Time, head bool)
+	// attempt sends one attempt, recording that it is on its way.
+	attempt(ctx context.Context) (*Lock, acquireRes, error)
+	// won, lost and failed record the outcome of an attempt sent at
+	// sent: the hold, a refusal, or an error.
+	won(lk *Lock, res acquireRes)
+	lost(res acquireRes, sent time.Time)
+	failed(res acquireRes)
+	// refused is the error of a call whose last attempt was refused as
+	// last says, when its strategy gives up.
+	refused(last acquireRes) error
+	// leave takes the place out of its queues once the call returns,
+	// withdrawing what it left in Redis unless it got the hold.
+	leave(ctx context.Context)
+}
+
+// wait makes the attempts of the call waiting at p until it obtains what
+// it waits for, the strategy gives up, or ctx ends. The first retry
 // slot ends after delay. tr is what the call tried before; wait returns
 // it with its own attempts added.
-func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, delay time.Duration, w *notify.Waiter, tr tries) (*Lock, tries, error) {
-	key := a.key
-	defer a.leave(ctx, w)
+func (l *Locker) wait(ctx context.Context, p place, backoff Backoff, delay time.Duration, tr tries) (*Lock, tries, error) {
+	key := p.name()
+	defer p.leave(ctx)
 	var last acquireRes // the last refused attempt's outcome, for its error
 	slotEnd := time.Now().Add(max(delay, 0))
 	timer := time.NewTimer(time.Until(slotEnd))
@@ -174,12 +203,11 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, dela
 		if l.notify.IsClosed() {
 			return nil, tr, closedErr(key)
 		}
-		if h, since := l.notify.TakeHandoff(w); h != nil {
+		if lk, done, err := p.handedOver(ctx); done || err != nil {
 			tr.handedOver = true
-			lk, err := a.handedOver(ctx, w, h, since)
 			return lk, tr, err
 		}
-		tryNow, tryAt, head := l.notify.Plan(w)
+		tryNow, tryAt, head := p.plan()
 		if !tryNow {
 			wakeAt := slotEnd
 			if !tryAt.IsZero() && tryAt.Before(wakeAt) {
@@ -189,7 +217,7 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, dela
 			select {
 			case <-ctx.Done():
 				return nil, tr, notObtained(ctx, key)
-			case <-w.Wake():
+			case <-p.wake():
 				continue
 			case <-timer.C:
 			}
@@ -207,42 +235,37 @@ func (l *Locker) wait(ctx context.Context, a *acquisition, backoff Backoff, dela
 				// which the head would have won first.
 				d, ok := backoff.Next()
 				if !ok {
-					return nil, tr, refusedErr(a.kind, key, last)
+					return nil, tr, p.refused(last)
 				}
 				slotEnd = now.Add(max(d, 0))
 				continue
 			}
 		}
 		start := time.Now()
-		l.notify.Sending(w)
-		lk, res, err := a.attempt(ctx, w)
+		lk, res, err := p.attempt(ctx)
 		tr.attempts++
 		if err != nil {
-			if res.cleaned {
-				// Withdrawn already: leave need not send it again (nor
-				// wait as long again for an unreachable Redis).
-				l.notify.Withdrawn(w)
-			}
+			p.failed(res)
 			return nil, tr, err
 		}
 		l.notify.Observe(time.Since(start))
 		if lk != nil {
 			// A release may have handed the lock over before its
 			// announcement reached this Locker (one heard returns
-			// above): the attempt found it holding w's token already.
+			// above): the attempt found it holding the call's token.
 			tr.handedOver = res.mine
-			l.notify.Won(w, lk.Deadline(), res.more)
+			p.won(lk, res)
 			return lk, tr, nil
 		}
 		last = res
-		l.notify.Lost(w, res.attempt(), start)
+		p.lost(res, start)
 		// The strategy's budget is its delays: an attempt made within a
 		// slot, because of an announcement or the holder's TTL, leaves
 		// the slot running; one at or after its end starts the next.
 		if now := time.Now(); !now.Before(slotEnd) {
 			d, ok := backoff.Next()
 			if !ok {
-				return nil, tr, refusedErr(a.kind, key, last)
+				return nil, tr, p.refused(last)
 			}
 			slotEnd = now.Add(max(d, 0))
 		}

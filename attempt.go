@@ -137,6 +137,32 @@ type acquisition struct {
 	key, rkey string
 	kind      kind
 	cfg       config
+	// w is the call's place in its key's queue, once it waits.
+	w *notify.Waiter
+}
+
+// An acquisition that waits is a place (see wait, in acquire.go).
+var _ place = (*acquisition)(nil)
+
+func (a *acquisition) name() string                                    { return a.key }
+func (a *acquisition) wake() <-chan struct{}                           { return a.w.Wake() }
+func (a *acquisition) plan() (tryNow bool, tryAt time.Time, head bool) { return a.l.notify.Plan(a.w) }
+func (a *acquisition) refused(last acquireRes) error                   { return refusedErr(a.kind, a.key, last) }
+
+func (a *acquisition) won(lk *Lock, res acquireRes) {
+	a.l.notify.Won(a.w, lk.Deadline(), res.more)
+}
+
+func (a *acquisition) lost(res acquireRes, sent time.Time) {
+	a.l.notify.Lost(a.w, res.attempt(), sent)
+}
+
+func (a *acquisition) failed(res acquireRes) {
+	if res.cleaned {
+		// Withdrawn already: leave need not send it again (nor wait as
+		// long again for an unreachable Redis).
+		a.l.notify.Withdrawn(a.w)
+	}
 }
 
 // newToken returns a new token for an acquisition with cfg: a random
@@ -162,8 +188,11 @@ func (a *acquisition) try(ctx context.Context, mode acquireMode, token string, q
 	return settle(ctx, a.key, &a.cfg, lk, start, res, err)
 }
 
-// attempt makes waiter w's attempt, once it waits (see wait).
-func (a *acquisition) attempt(ctx context.Context, w *notify.Waiter) (*Lock, acquireRes, error) {
+// attempt makes the attempt of the waiting call, once it waits (see
+// wait).
+func (a *acquisition) attempt(ctx context.Context) (*Lock, acquireRes, error) {
+	w := a.w
+	a.l.notify.Sending(w)
 	var peers []string
 	if a.kind.shares() && a.kind.handoff(a.l.stores()) != nil {
 		// A lock's attempt learns its holder's token; a shared hold's
@@ -226,10 +255,21 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 	return lk, acquireRes{ok: true, more: res.more, mine: res.mine}, nil
 }
 
-// handedOver returns the hold a release handed to waiter w, as h
+// handedOver returns the hold a release handed to the waiting call, once
+// it has heard of it and is sure of it.
+func (a *acquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
+	h, since := a.l.notify.TakeHandoff(a.w)
+	if h == nil {
+		return nil, false, nil
+	}
+	lk, err := a.takeHandoff(ctx, a.w, h, since)
+	return lk, true, err
+}
+
+// takeHandoff returns the hold a release handed to waiter w, as h
 // announced, once it is sure of it. Its validity runs from since, when
 // w's first queued attempt was sent (see handoff.go).
-func (a *acquisition) handedOver(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
+func (a *acquisition) takeHandoff(ctx context.Context, w *notify.Waiter, h *notify.Handoff, since time.Time) (*Lock, error) {
 	st := a.l.stores()
 	handed := a.kind.handoff(st)
 	if handed == nil {
@@ -279,12 +319,12 @@ func (a *acquisition) handedOver(ctx context.Context, w *notify.Waiter, h *notif
 	return lk, nil
 }
 
-// leave takes w out of its queue once its call returns. A waiter that
-// did not get the hold withdraws from the handoff queue, releasing the
-// hold if it was handed over meanwhile.
-func (a *acquisition) leave(ctx context.Context, w *notify.Waiter) {
-	if a.l.notify.Leave(w) {
-		deleteIfOwned(ctx, a.newHandle(w.Token()))
+// leave takes the waiting call out of its queue once it returns. A
+// waiter that did not get the hold withdraws from the handoff queue,
+// releasing the hold if it was handed over meanwhile.
+func (a *acquisition) leave(ctx context.Context) {
+	if a.l.notify.Leave(a.w) {
+		deleteIfOwned(ctx, a.newHandle(a.w.Token()))
 	}
 }
 

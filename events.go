@@ -25,6 +25,10 @@ type Event struct {
 	// the call's prefix (see WithPrefix). Both are empty for
 	// EventSubscriber.
 	Key, Prefix string
+	// Keys are the keys of a set of locks (ObtainAll, WithLocks, and the
+	// events of the set's handle), sorted, without the prefix; Key is
+	// then the first of them. Nil for every other call.
+	Keys []string
 	// Hold says what was obtained, released, renewed or lost: a lock, a
 	// permit of a semaphore, a read or write hold of a read-write lock,
 	// or a leader's term in an election (obtained by Campaign, released

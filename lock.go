@@ -162,7 +162,7 @@ func (lk *Lock) finish(ctx context.Context, verb string, op func(context.Context
 	if lk.obs == nil {
 		return lk.finishOnce(ctx, verb, op)
 	}
-	ctx, s := lk.obs.l.span(ctx, Call{Op: OpRelease, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold})
+	ctx, s := lk.obs.l.span(ctx, Call{Op: OpRelease, Key: lk.key, SetSize: len(lk.setKeys()), Prefix: lk.cfg.prefix, Hold: lk.hold})
 	err := lk.finishOnce(ctx, verb, op)
 	lk.lockEvent(EventRelease, err)
 	s.end(Outcome{Err: err})

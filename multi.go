@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // Sets of locks taken at once: ObtainAll and WithLocks. The scripts are
@@ -83,7 +84,22 @@ func (l *Locker) ObtainAll(ctx context.Context, keys []string, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	return l.acquireSet(ctx, set, &cfg)
+	return l.obtainSet(ctx, set, &cfg)
+}
+
+// obtainSet is acquireSet, reported to the observer and the tracer, if
+// there are any, as acquire reports a single key's.
+func (l *Locker) obtainSet(ctx context.Context, set []string, cfg *config) (*Lock, error) {
+	if !l.hooked() {
+		lk, _, err := l.acquireSet(ctx, set, cfg)
+		return lk, err
+	}
+	ctx, sp := l.span(ctx, Call{Op: OpObtain, Key: set[0], SetSize: len(set), Prefix: cfg.prefix, Hold: HoldLock})
+	start := time.Now()
+	lk, tr, err := l.acquireSet(ctx, set, cfg)
+	l.obtainedSet(set, cfg.prefix, start, tr, lk, err)
+	sp.end(Outcome{Err: err, Attempts: tr.attempts, HandedOver: tr.handedOver})
+	return lk, err
 }
 
 // WithLocks is WithLock for a set of keys: it obtains every lock of keys
@@ -108,7 +124,7 @@ func (l *Locker) WithLocks(ctx context.Context, keys []string, fn func(ctx conte
 	if err != nil {
 		return err
 	}
-	lk, err := l.acquireSet(ctx, set, &cfg)
+	lk, err := l.obtainSet(ctx, set, &cfg)
 	if err != nil {
 		return err
 	}
@@ -124,6 +140,15 @@ func (lk *Lock) Keys() []string {
 		return slices.Clone(set.keys)
 	}
 	return []string{lk.key}
+}
+
+// setKeys returns the keys of the set lk holds, for its events, or nil
+// when it holds one lock.
+func (lk *Lock) setKeys() []string {
+	if set := lk.set(); set != nil {
+		return set.keys
+	}
+	return nil
 }
 
 // FenceOf returns the fencing token the lock holds key with: for a set
@@ -210,12 +235,14 @@ func setToken(n int) string {
 // newLockSet returns the set of locks on keys, sorted and distinct, with
 // cfg.
 func newLockSet(keys []string, cfg *config) *lockSet {
-	set := &lockSet{keys: keys, lockKeys: make([]any, len(keys)), channels: make([]any, len(keys))}
+	set := &lockSet{keys: keys, lockKeys: make([]any, len(keys)), queues: make([]any, len(keys)),
+		channels: make([]any, len(keys))}
 	if cfg.fencing {
 		set.fences = make([]any, len(keys))
 	}
 	for i, k := range keys {
 		set.lockKeys[i] = cfg.prefix + k
+		set.queues[i] = keyslot.Companion(cfg.prefix, k, keyslot.Queue)
 		set.channels[i] = keyslot.Companion(cfg.prefix, k, keyslot.Released)
 		if cfg.fencing {
 			set.fences[i] = keyslot.Companion(cfg.prefix, k, keyslot.Fence)
@@ -225,98 +252,411 @@ func newLockSet(keys []string, cfg *config) *lockSet {
 }
 
 // acquireSet takes every lock of keys (sorted, distinct, two or more) with
-// cfg, trying again as the retry strategy says, as ObtainAll describes.
-func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*Lock, error) {
-	first := keys[0]
+// cfg, waiting as the retry strategy says, as ObtainAll describes.
+func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*Lock, tries, error) {
 	if ctx.Err() != nil {
-		return nil, notObtained(ctx, first)
+		return nil, tries{}, notObtained(ctx, keys[0])
 	}
-	n := needLock
+	n := needLock | needQueue
 	if cfg.fencing {
 		n |= needFence
 	}
 	for _, k := range keys {
 		if err := l.verifyNeeds(ctx, cfg.prefix, k, n); err != nil {
-			return nil, err
+			return nil, tries{}, err
 		}
 	}
-	set := newLockSet(keys, cfg)
-	token := setToken(len(keys))
-	lk := &Lock{key: first, token: token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
-	lk.ref = lockRef{key: cfg.prefix + first, lockKey: set.lockKeys[0], token: token, channel: set.channels[0],
-		fenceTTLMS: cfg.fenceTTLMS}
-	lk.store = l.extras.setHandles(set)
-
+	s := &setAcquisition{l: l, set: newLockSet(keys, cfg), cfg: *cfg}
+	s.reset(setToken(len(keys)))
 	backoff := newBackoff(cfg.retry)
-	closed := l.notify.Context()
-	var slotEnd time.Time // the end of the current retry slot; none before the first refusal
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		start := time.Now()
-		res, err := l.extras.acquireSet(ctx, set, token, cfg.ttlMS, cfg.fenceTTLMS)
-		if err != nil || res.ok {
-			return l.settleSet(ctx, lk, start, res, err)
+	delay, wait := backoff.Next()
+	if !wait {
+		lk, res, err := s.send(ctx, setUnqueued, time.Now())
+		if lk == nil && err == nil {
+			err = s.refused(res)
 		}
-		now := time.Now()
-		if !now.Before(slotEnd) {
-			d, ok := backoff.Next()
-			if !ok {
-				return nil, heldElsewhere(keys[res.held])
-			}
-			slotEnd = now.Add(max(d, 0))
-		}
-		wakeAt := slotEnd
-		if res.holderTTL >= 0 && now.Add(res.holderTTL).Before(wakeAt) {
-			wakeAt = now.Add(res.holderTTL)
-		}
-		timer.Reset(time.Until(wakeAt))
-		select {
-		case <-ctx.Done():
-			return nil, notObtained(ctx, keys[res.held])
-		case <-closed.Done():
-			return nil, closedErr(first)
-		case <-timer.C:
-		}
+		return lk, tries{attempts: 1}, err
 	}
+	// As a single key's waiter does (see acquire.go), a set that has
+	// waiters of this Locker ahead of it on any key joins the queues
+	// without trying; otherwise it tries at once, which queues it on
+	// every key if it loses.
+	tickets := make([]notify.Ticket, len(keys))
+	queued := false
+	for i, ch := range s.set.channels {
+		tickets[i] = l.notify.Ticket(ch.(string))
+		queued = queued || tickets[i].Queued
+	}
+	if queued {
+		s.join(ctx, tickets, acquireRes{}, -1, time.Time{})
+		return l.wait(ctx, s, backoff, delay, tries{})
+	}
+	start := time.Now()
+	lk, res, err := s.send(ctx, setQueues, start)
+	if lk != nil || err != nil {
+		return lk, tries{attempts: 1}, err
+	}
+	s.join(ctx, tickets, res, s.last.held, start)
+	s.learn(start)
+	return l.wait(ctx, s, backoff, delay, tries{attempts: 1})
 }
 
-// settleSet completes the attempt on lk's set sent at start and answered
-// res or err, as settle does for one lock: it deletes what may have
-// landed after a failure, and checks that a win is still valid, that ctx
-// has not ended and that the Locker is not closed, deleting the set
-// otherwise.
-func (l *Locker) settleSet(ctx context.Context, lk *Lock, start time.Time, res setRes, err error) (*Lock, error) {
-	set, first := lk.set(), lk.key
+// Waiting for a set of locks, the way this package does it:
+//
+// A set waits in the handoff queue of every key it waits for, as a single
+// key's waiter does in one (see acquire.go and handoff.go), and its
+// Locker keeps it in its own queue of each of those keys, woken by the
+// announcements on any of them. Its attempt is one script step
+// (multi_obtain.lua) that takes every key if none is held by another
+// owner; otherwise it queues the set on every key it does not hold, all
+// with one arrival time, the server's clock at the set's first queued
+// attempt (kept in its later attempts). A release hands a key to the
+// first live entry of its queue, whether a single key's waiter or a set:
+// a set holds each key handed to it while it waits for the rest, renews
+// them with its attempts, and has them all when the last one is handed
+// over (or its attempt finds the rest free).
+//
+// Why two sets cannot deadlock: a set holds a key only once a release has
+// handed it over, and a release hands a key to the earliest entry of its
+// queue. Entries are ordered by arrival, and all the entries of a set have
+// the same arrival, so two sets are in the same order in every queue they
+// share. If set A holds a key that set B waits for, A was ahead of B in
+// that queue, or B arrived after the handoff: either way A arrived before
+// B. So along a chain of sets each waiting for a key held by the next,
+// arrivals decrease, and the chain cannot close into a cycle; the set that
+// arrived first among those that wait is handed every key it waits for as
+// its holders release them, and single-key holders never wait while they
+// hold. A set whose entry lapsed (it did not renew it for
+// notify.QueueEntryLife) or whose handed key expired and was taken would
+// break that order: its attempt finds it out, and it withdraws (handing
+// on what it holds) and starts over with a new token and a new arrival.
+// All on one server (or one Cluster slot), whose clock orders arrivals.
+//
+// A set's attempts are made by the set as the head of its Locker's queue
+// of any of its keys would make them (announcements, retry slots, the
+// holder's TTL), and it queues only while it is first among this Locker's
+// waiters on each key it waits for, so that it does not get ahead of a
+// waiter of the same Locker that came first but is not queued yet.
+
+// A setAcquisition is one ObtainAll call that waits: its place in the
+// queues of its keys, and what it holds of the set so far.
+type setAcquisition struct {
+	l   *Locker
+	set *lockSet
+	cfg config
+	lk  *Lock // the set's handle, with the current token
+
+	// token is the set's token, entry its queue entry, arrival its
+	// arrival as the server answered it (0 until an attempt queued it).
+	token, entry string
+	arrival      int64
+	wakeCh       <-chan struct{}
+	// Per key, in the set's order: the set's waiter in this Locker's
+	// queue of the key (nil while the set holds it), whether the set
+	// holds it (handed over, or found its own), since when at least (the
+	// TTL ran from then on, as far as the set knows), and its fence (-1
+	// when unknown).
+	ws     []*notify.Waiter
+	held   []bool
+	basis  []time.Time
+	fences []int64
+	// last is the last refused attempt's outcome.
+	last setRes
+	// confirm is set when the set holds every key but must make an
+	// attempt to be sure of them for long enough (or learn their
+	// fences); restart when it must withdraw and start over.
+	confirm, restart bool
+	// done is set once the set holds every key, returned to the caller.
+	done bool
+}
+
+var _ place = (*setAcquisition)(nil)
+
+// reset starts the set over with token, holding and queued nowhere.
+func (s *setAcquisition) reset(token string) {
+	n := len(s.set.keys)
+	s.token = token
+	s.entry = queueEntry(s.cfg.ttlMS.(int64), s.cfg.fencing, token)
+	s.arrival = 0
+	s.ws = make([]*notify.Waiter, n)
+	s.held = make([]bool, n)
+	s.basis = make([]time.Time, n)
+	s.fences = make([]int64, n)
+	s.confirm, s.restart = false, false
+	s.lk = s.handle()
+}
+
+// handle returns a new handle of the set with its current token.
+func (s *setAcquisition) handle() *Lock {
+	cfg, set := &s.cfg, s.set
+	lk := &Lock{key: set.keys[0], token: s.token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
+	lk.ref = lockRef{key: cfg.prefix + set.keys[0], lockKey: set.lockKeys[0], token: s.token, channel: set.channels[0],
+		fenceTTLMS: cfg.fenceTTLMS}
+	lk.store = s.l.extras.setHandles(set)
+	return lk
+}
+
+// join puts the set in this Locker's queue of each key, with the tickets
+// taken before its attempt sent at sent (zero: none), which found key
+// at held as res says.
+func (s *setAcquisition) join(ctx context.Context, tickets []notify.Ticket, res acquireRes, at int, sent time.Time) {
+	chs := make([]string, len(s.set.channels))
+	for i, ch := range s.set.channels {
+		chs[i] = ch.(string)
+	}
+	s.ws = s.l.notify.JoinAll(ctx, chs, tickets, res.attempt(), at, s.token, sent)
+	s.wakeCh = s.ws[0].Wake()
+}
+
+func (s *setAcquisition) name() string         { return s.set.keys[0] }
+func (s *setAcquisition) wake() <-chan struct{} { return s.wakeCh }
+
+func (s *setAcquisition) refused(last acquireRes) error {
+	return heldElsewhere(s.set.keys[s.last.held])
+}
+
+// send makes one attempt on the set, sent at start, using the queues as
+// mode says, and settles it as settle does for one key.
+func (s *setAcquisition) send(ctx context.Context, mode string, start time.Time) (*Lock, acquireRes, error) {
+	cfg := &s.cfg
+	res, err := s.l.extras.acquireSet(ctx, s.set, setReq{token: s.token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS,
+		mode: mode, entry: s.entry, arrival: s.arrival})
 	if err != nil {
+		var cleaned acquireRes
 		if mayHaveLanded(err) {
-			deleteIfOwned(ctx, lk)
+			deleteIfOwned(ctx, s.lk)
+			cleaned.cleaned = true
 		}
 		if ctx.Err() != nil {
-			return nil, notObtained(ctx, first)
+			return nil, cleaned, notObtained(ctx, s.name())
 		}
-		return nil, fmt.Errorf("locksmith: obtain %q: %w", set.keys, err)
+		return nil, cleaned, fmt.Errorf("locksmith: obtain %q: %w", s.set.keys, err)
 	}
-	cfg := &lk.cfg
-	lk.deadline, lk.since = start.Add(cfg.ttl-cfg.driftFor(cfg.ttl)), start
+	if res.ok {
+		lk, err := s.finish(ctx, start, start, res.fences)
+		if err != nil {
+			return nil, acquireRes{cleaned: true}, err
+		}
+		return lk, acquireRes{ok: true}, nil
+	}
+	s.last = res
+	if res.arrival != 0 {
+		s.arrival = res.arrival
+	}
+	return nil, acquireRes{holderTTL: res.holderTTL, holder: res.holder}, nil
+}
+
+// finish returns the set's handle, held with fences from start, its TTL
+// running from since at least, once it is sure the hold is still valid,
+// that ctx has not ended and that the Locker is not closed; otherwise it
+// releases the set and returns an error.
+func (s *setAcquisition) finish(ctx context.Context, start, since time.Time, fences []int64) (*Lock, error) {
+	lk, cfg, set := s.lk, &s.cfg, s.set
+	lk.deadline, lk.since = since.Add(cfg.ttl-cfg.driftFor(cfg.ttl)), since
 	if cfg.fencing {
 		set.fenceOf = make(map[string]int64, len(set.keys))
 		for i, k := range set.keys {
-			set.fenceOf[k] = res.fences[i]
-			lk.fence = max(lk.fence, res.fences[i])
+			set.fenceOf[k] = fences[i]
+			lk.fence = max(lk.fence, fences[i])
 		}
 	}
 	switch elapsed := time.Since(start); {
 	case !time.Now().Before(lk.deadline):
 		deleteIfOwned(ctx, lk)
 		return nil, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
-			ErrLockLost, set.keys, elapsed, lk.deadline.Sub(start))
+			ErrLockLost, set.keys, elapsed, lk.deadline.Sub(since))
 	case ctx.Err() != nil:
 		deleteIfOwned(ctx, lk)
-		return nil, notObtained(ctx, first)
-	case l.notify.IsClosed():
+		return nil, notObtained(ctx, s.name())
+	case s.l.notify.IsClosed():
 		deleteIfOwned(ctx, lk)
-		return nil, closedErr(first)
+		return nil, closedErr(s.name())
 	}
 	return lk, nil
+}
+
+// handedOver counts the keys handed to the set since the last call, and
+// returns the set when it holds them all for long enough.
+func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
+	n := s.l.notify
+	heard := false
+	for i, w := range s.ws {
+		if w == nil {
+			continue
+		}
+		h, since := n.TakeHandoff(w)
+		if h == nil {
+			continue
+		}
+		heard = true
+		n.Won(w, since.Add(h.TTL), false)
+		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, since, h.Fence
+	}
+	if !heard || !s.holdsAll() {
+		return nil, false, nil
+	}
+	since := slices.MinFunc(s.basis, time.Time.Compare)
+	cfg := &s.cfg
+	if time.Until(since.Add(cfg.ttl-cfg.driftFor(cfg.ttl))) < cfg.ttl/2 || (cfg.fencing && slices.Contains(s.fences, -1)) {
+		// Held since long ago, as far as the set knows, or with a fence
+		// it has not heard: an attempt renews every key and answers
+		// their fences.
+		s.confirm = true
+		return nil, false, nil
+	}
+	lk, err := s.finish(ctx, time.Now(), since, s.fences)
+	if err != nil {
+		clear(s.held) // released by finish
+		return nil, true, err
+	}
+	s.done = true
+	return lk, true, nil
+}
+
+// holdsAll reports whether the set holds every key.
+func (s *setAcquisition) holdsAll() bool { return !slices.Contains(s.held, false) }
+
+func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
+	if s.confirm || s.restart {
+		return true, time.Time{}, false
+	}
+	head = true
+	for i, w := range s.ws {
+		if w == nil {
+			// Held: renewed when half its TTL has passed.
+			if renew := s.basis[i].Add(s.cfg.ttl / 2); tryAt.IsZero() || renew.Before(tryAt) {
+				tryAt = renew
+			}
+			continue
+		}
+		now, at, h := s.l.notify.Plan(w)
+		tryNow = tryNow || now
+		head = head && (h || now)
+		if !at.IsZero() && (tryAt.IsZero() || at.Before(tryAt)) {
+			tryAt = at
+		}
+	}
+	return tryNow, tryAt, head && !tryNow
+}
+
+// attempt makes the set's attempt: queued on every key it does not hold
+// when it is first among this Locker's waiters on each of them.
+func (s *setAcquisition) attempt(ctx context.Context) (*Lock, acquireRes, error) {
+	if s.restart {
+		s.startOver(ctx)
+	}
+	n := s.l.notify
+	mode := setQueues
+	for _, w := range s.ws {
+		if w != nil && !n.Placed(w) {
+			mode = setLeaves
+		}
+	}
+	for _, w := range s.ws {
+		switch {
+		case w == nil:
+		case mode == setQueues:
+			n.Sending(w)
+		default:
+			n.SendingUnqueued(w)
+		}
+	}
+	start := time.Now()
+	lk, res, err := s.send(ctx, mode, start)
+	if lk == nil && err == nil {
+		s.learn(start)
+	}
+	return lk, res, err
+}
+
+// learn acts on the refused attempt sent at start (s.last): the keys it
+// found holding the set's token are the set's, renewed from start; a key
+// the set held that it did not find, or an entry that lapsed, means the
+// set lost its place, and starts over.
+func (s *setAcquisition) learn(start time.Time) {
+	res := &s.last
+	if res.mine == nil {
+		return
+	}
+	s.confirm = false
+	s.restart = s.restart || res.lapsed
+	for i, mine := range res.mine {
+		switch {
+		case mine && s.held[i]:
+			s.basis[i] = start
+		case mine:
+			// Handed over unheard (or taken by an earlier delivery of
+			// this attempt): its fence is learned by the attempt that
+			// completes the set.
+			if w := s.ws[i]; w != nil {
+				s.l.notify.Won(w, start.Add(s.cfg.ttl), false)
+			}
+			s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, start, -1
+		case s.held[i]:
+			s.restart = true
+		}
+	}
+	if s.holdsAll() {
+		s.confirm = true
+	}
+}
+
+// startOver withdraws the set from every queue, releasing what it holds
+// to the next in line, and joins this Locker's queues again, behind the
+// waiters there, with a new token.
+func (s *setAcquisition) startOver(ctx context.Context) {
+	s.leave(ctx)
+	s.reset(setToken(len(s.set.keys)))
+	tickets := make([]notify.Ticket, len(s.set.keys))
+	s.join(ctx, tickets, acquireRes{}, -1, time.Time{})
+}
+
+func (s *setAcquisition) won(lk *Lock, _ acquireRes) {
+	s.done = true
+	for i, w := range s.ws {
+		if w != nil {
+			s.l.notify.Won(w, lk.Deadline(), false)
+			s.ws[i] = nil
+		}
+	}
+}
+
+func (s *setAcquisition) lost(res acquireRes, sent time.Time) {
+	for i, w := range s.ws {
+		if w == nil {
+			continue
+		}
+		a := noAttempt
+		if i == s.last.held {
+			a = res.attempt()
+		}
+		s.l.notify.Lost(w, a, sent)
+	}
+}
+
+func (s *setAcquisition) failed(res acquireRes) {
+	if !res.cleaned {
+		return
+	}
+	for _, w := range s.ws {
+		if w != nil {
+			s.l.notify.Withdrawn(w)
+		}
+	}
+	clear(s.held)
+}
+
+// leave takes the set out of this Locker's queues and, unless it won,
+// withdraws it from Redis: its entries, and the keys handed to it.
+func (s *setAcquisition) leave(ctx context.Context) {
+	withdraw := slices.Contains(s.held, true)
+	for i, w := range s.ws {
+		if w != nil && s.l.notify.Leave(w) {
+			withdraw = true
+		}
+		s.ws[i] = nil
+	}
+	if withdraw && !s.done {
+		deleteIfOwned(ctx, s.lk)
+	}
 }

@@ -267,6 +267,18 @@ func (l *Locker) obtained(key, prefix string, h Hold, start time.Time, tr tries,
 	}
 }
 
+// obtainedSet is obtained for a set of locks on keys.
+func (l *Locker) obtainedSet(keys []string, prefix string, start time.Time, tr tries, lk *Lock, err error) {
+	now := time.Now()
+	if lk != nil {
+		lk.obs = &lockObserver{l: l, acquired: now}
+	}
+	if l.obs != nil {
+		l.obs.emit(Event{Kind: EventObtain, Key: keys[0], Keys: keys, Prefix: prefix, Hold: HoldLock,
+			Waited: now.Sub(start), Attempts: tr.attempts, HandedOver: tr.handedOver, Err: err, Class: classOf(err)})
+	}
+}
+
 // refused reports an obtaining call for key with opts refused for its
 // arguments, or because the Locker is closed, before it sent anything:
 // to the observer as an EventObtain, and to the tracer as an OpObtain
@@ -311,8 +323,8 @@ func (lk *Lock) lockEvent(k EventKind, err error) {
 	if ob == nil {
 		return
 	}
-	ob.emit(Event{Kind: k, Key: lk.key, Prefix: lk.cfg.prefix, Hold: lk.hold, Held: time.Since(lk.obs.acquired),
-		Err: err, Class: classOf(err)})
+	ob.emit(Event{Kind: k, Key: lk.key, Keys: lk.setKeys(), Prefix: lk.cfg.prefix, Hold: lk.hold,
+		Held: time.Since(lk.obs.acquired), Err: err, Class: classOf(err)})
 }
 
 // onceResult reports the result of a call of Once on key with opts.

@@ -66,7 +66,7 @@ var (
 
 	// A set of locks taken at once (store_multi.go).
 	multiObtainLua  = newScript("lib_fence.lua", "multi_obtain.lua")
-	multiReleaseLua = newScript("multi_release.lua")
+	multiReleaseLua = newScript("lib_queue.lua", "lib_fence.lua", "multi_release.lua")
 	multiRefreshLua = newScript("multi_refresh.lua")
 	multiPTTLLua    = newScript("multi_pttl.lua")
 

@@ -104,7 +104,7 @@ type extras interface {
 	// setHandles returns what the handle of a set runs on (see
 	// store_multi.go); sharded reports whether the deployment is Redis
 	// Cluster, where a set must lie in one slot.
-	acquireSet(ctx context.Context, set *lockSet, token, ttlMS, fenceTTLMS any) (setRes, error)
+	acquireSet(ctx context.Context, set *lockSet, req setReq) (setRes, error)
 	setHandles(set *lockSet) handleStore
 	sharded() bool
 }

@@ -2,6 +2,7 @@ package locksmith
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 type lockSet struct {
 	keys     []string
 	lockKeys []any // prefix+key
+	queues   []any // the handoff queues; nil on a deployment that does not queue
 	fences   []any // the fence counters; nil without fencing
 	channels []any // the release channels
 	// fenceOf is each key's fencing token once the set is held; nil
@@ -32,7 +34,7 @@ type lockSet struct {
 }
 
 // lockSetStore is what the handle of a set runs on: the store of its
-// deployment and the set. It never hands a key over to a queued waiter.
+// deployment and the set.
 type lockSetStore struct {
 	s   redisStore
 	set *lockSet
@@ -43,66 +45,166 @@ var _ handleStore = lockSetStore{}
 // setHandles returns what the handle of set runs on.
 func (s redisStore) setHandles(set *lockSet) handleStore { return lockSetStore{s: s, set: set} }
 
-// acquireSet runs one attempt to take every lock of set with token: ok
-// with each key's fence, or, when a key is held by another token, that
-// key's index and its holder's remaining TTL (negative when it has no
-// expiry). An error may have landed: part of the set may hold the token.
-func (s redisStore) acquireSet(ctx context.Context, set *lockSet, token any, ttlMS, fenceTTLMS any) (setRes, error) {
+// How an attempt on a set uses the keys' handoff queues (ARGV[5] of
+// multi_obtain.lua): not at all (a call that does not wait), only to
+// leave them when it wins, or to queue the caller when it loses.
+const (
+	setUnqueued = "0"
+	setLeaves   = "1"
+	setQueues   = "2"
+)
+
+// setReq is one attempt on a set: its token, TTL and fence counters'
+// TTL; how it uses the queues (setUnqueued, setLeaves, setQueues), its
+// queue entry and the caller's arrival, in the server's ms (0 before an
+// attempt that queued it).
+type setReq struct {
+	token, ttlMS, fenceTTLMS any
+	mode                     string
+	entry                    string
+	arrival                  int64
+}
+
+// acquireSet runs one attempt to take every lock of set, as req says. An
+// error may have landed: part of the set may hold the token, and the
+// caller may be queued.
+func (s redisStore) acquireSet(ctx context.Context, set *lockSet, req setReq) (setRes, error) {
 	n := len(set.lockKeys)
-	args := make([]any, 3, 3+2*n+4)
+	queued := req.mode != setUnqueued
+	args := make([]any, 3, 3+3*n+8)
 	args = append(args, set.lockKeys...)
+	if queued {
+		args = append(args, set.queues...)
+	}
 	args = append(args, set.fences...)
 	args[2] = len(args) - 3
-	args = append(args, token, ttlMS, fenceTTLMS, n)
+	args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, req.mode, req.entry, queueEntryLifeMS, req.arrival)
 	multiObtainLua.prepare(args)
-	v, err := viaMaster(ctx, s, set.lockKeys[0].(string), func(c redis.UniversalClient) ([]int64, error) {
-		return multiObtainLua.send(ctx, c, args).Int64Slice()
-	}, func() ([]int64, error) {
-		return multiObtainLua.send(ctx, s.client, args).Int64Slice()
+	v, err := viaMaster(ctx, s, set.lockKeys[0].(string), func(c redis.UniversalClient) ([]any, error) {
+		return multiObtainLua.send(ctx, c, args).Slice()
+	}, func() ([]any, error) {
+		return multiObtainLua.send(ctx, s.client, args).Slice()
 	})
 	if err != nil {
 		return setRes{}, landedError{err}
 	}
-	switch {
-	case len(v) == 2 && v[0] >= 1 && int(v[0]) <= n && v[1] < 0:
-		return setRes{held: int(v[0]) - 1, holderTTL: time.Duration(-2-v[1]) * time.Millisecond}, nil
-	case len(v) == n+1 && v[0] == 0:
-		return setRes{ok: true, fences: v[1:]}, nil
+	if res, ok := parseSetRes(v, n, queued); ok {
+		return res, nil
 	}
 	return setRes{}, landedError{fmt.Errorf("%w: %v from the multi-key acquire script", errBadReply, v)}
 }
 
+// parseSetRes reads the reply of multi_obtain.lua for a set of n keys,
+// sent with queues or not.
+func parseSetRes(v []any, n int, queued bool) (setRes, bool) {
+	ints := make([]int64, 0, 3)
+	for _, x := range v {
+		i, ok := x.(int64)
+		if !ok {
+			break
+		}
+		ints = append(ints, i)
+	}
+	switch {
+	case len(v) == n+1 && len(ints) == n+1 && ints[0] == 0:
+		return setRes{ok: true, fences: ints[1:]}, true
+	case len(ints) < 2 || ints[0] < 1 || int(ints[0]) > n || ints[1] >= 0:
+		return setRes{}, false
+	}
+	res := setRes{held: int(ints[0]) - 1, holderTTL: time.Duration(-2-ints[1]) * time.Millisecond}
+	if !queued {
+		return res, len(v) == 2
+	}
+	if len(v) != 6 || len(ints) != 3 {
+		return setRes{}, false
+	}
+	mine, ok1 := v[3].(string)
+	lapsed, ok2 := v[4].(int64)
+	holder, ok3 := v[5].(string)
+	if !ok1 || !ok2 || !ok3 || len(mine) != n {
+		return setRes{}, false
+	}
+	res.arrival, res.lapsed, res.holder = ints[2], lapsed == 1, holder
+	res.mine = make([]bool, n)
+	for i := range n {
+		res.mine[i] = mine[i] == '1'
+	}
+	return res, true
+}
+
 // setRes is the outcome of one attempt on a set: ok with the fence of
 // each key (0 without fencing), in the set's order; or not, with the
-// index of a key held by another owner and that holder's remaining TTL.
+// index of a key held by another owner, that holder's remaining TTL
+// (negative when it has no expiry) and, for an attempt with queues, its
+// token, which keys hold the caller's token (mine), the caller's arrival
+// and whether one of its entries had lapsed (see multi_obtain.lua).
 type setRes struct {
 	ok        bool
 	fences    []int64
 	held      int
 	holderTTL time.Duration
+	holder    string
+	mine      []bool
+	arrival   int64
+	lapsed    bool
 }
 
-// release deletes every key of the set that holds the token and
-// announces each on its channel; it reports whether every key did.
+// release releases every key of the set that holds the token, handing
+// each to the first live entry of its queue or deleting it, announces
+// each on its channel, and reports whether every key did.
 func (ss lockSetStore) release(ctx context.Context, ref lockRef) (bool, error) {
+	return ss.releaseAll(ctx, ref, "")
+}
+
+// withdraw is release for a set that waited: it also removes its entry,
+// made with ttlMS, from every queue.
+func (ss lockSetStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
+	entry := ""
+	if ss.set.queues != nil {
+		entry = queueEntry(ttlMS, ss.set.fences != nil, ref.token.(string))
+	}
+	return ss.releaseAll(ctx, ref, entry)
+}
+
+// releaseAll runs multi_release.lua for the set's keys held by ref's
+// token, removing entry from their queues first unless it is "". When
+// the script is refused (an ACL rule on a queue or a fence counter), it
+// runs again over the lock keys alone, which deletes the set's keys
+// without handing them over; its entries then lapse.
+func (ss lockSetStore) releaseAll(ctx context.Context, ref lockRef, entry string) (bool, error) {
+	ok, err := ss.releaseKeys(ctx, ref, entry, ss.set.queues != nil)
+	var rerr redis.Error
+	if errors.As(err, &rerr) && ss.set.queues != nil {
+		ok2, err2 := ss.releaseKeys(ctx, ref, "", false)
+		return ok2, errors.Join(err, err2)
+	}
+	return ok, err
+}
+
+// releaseKeys runs multi_release.lua as releaseAll says, over the queues
+// and fence counters too when companions is set, over the lock keys
+// alone otherwise.
+func (ss lockSetStore) releaseKeys(ctx context.Context, ref lockRef, entry string, companions bool) (bool, error) {
 	set := ss.set
-	args := make([]any, 3, 3+2*len(set.lockKeys)+2)
+	n := len(set.lockKeys)
+	queued := "0"
+	args := make([]any, 3, 3+4*n+6)
 	args = append(args, set.lockKeys...)
-	args[2] = len(set.lockKeys)
-	args = append(args, ref.token, ss.s.publish())
+	if companions {
+		queued = "1"
+		args = append(args, set.queues...)
+		args = append(args, set.fences...)
+	}
+	args[2] = len(args) - 3
+	args = append(args, ref.token, ss.s.publish(), ref.fenceTTLMS, n, queued, entry)
 	args = append(args, set.channels...)
 	multiReleaseLua.prepare(args)
-	n, err := viaMaster(ctx, ss.s, set.lockKeys[0].(string), func(c redis.UniversalClient) (int64, error) {
+	released, err := viaMaster(ctx, ss.s, set.lockKeys[0].(string), func(c redis.UniversalClient) (int64, error) {
 		return multiReleaseLua.send(ctx, c, args).Int64()
 	}, func() (int64, error) {
 		return multiReleaseLua.send(ctx, ss.s.client, args).Int64()
 	})
-	return err == nil && int(n) == len(set.lockKeys), err
-}
-
-// withdraw is release: a set leaves no queue entries.
-func (ss lockSetStore) withdraw(ctx context.Context, ref lockRef, _ int64) (bool, error) {
-	return ss.release(ctx, ref)
+	return err == nil && int(released) == n, err
 }
 
 func (ss lockSetStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {

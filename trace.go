@@ -92,6 +92,12 @@ type Call struct {
 	// lock's key, an election's name), without the prefix; Prefix is the
 	// call's prefix (see WithPrefix).
 	Key, Prefix string
+	// SetSize is the number of keys of a set of locks (an OpObtain of
+	// ObtainAll or WithLocks, and an OpRelease of the set's handle), whose
+	// first key, sorted, is Key; 0 for every other call. (A Call stays
+	// comparable with ==; the set's keys are in the Lock, and in the
+	// observer's Event.Keys.)
+	SetSize int
 	// Hold says what the call obtains or releases (see Op); zero for
 	// OpOnce.
 	Hold Hold

@@ -1,62 +1,138 @@
 -- Acquire every lock of a set at once, or none (Locker.ObtainAll; see
--- multi.go). The set's keys are in one server (or one Cluster slot).
--- KEYS[1..n]: the lock keys, in the set's order. KEYS[n+1..2n], with
+-- multi.go); when a key is taken, queue the caller in the handoff queue
+-- of every key of the set that it does not hold, in one step, with one
+-- arrival time (see lock_obtain.lua for a queue's members).
+-- The set's keys are in one server (or one Cluster slot).
+-- KEYS[1..n]: the lock keys, in the set's order. KEYS[n+1..2n], when
+-- ARGV[5] is not '0': their handoff queues, in the same order. Then, with
 -- fencing only: their fence counters, in the same order.
 -- ARGV[1]: the token of the set, the same for every key. ARGV[2]: TTL in
 -- ms. ARGV[3]: how long a fence counter lives after it was last taken, in
--- ms, or 0 for ever. ARGV[4]: n.
+-- ms, or 0 for ever. ARGV[4]: n. ARGV[5]: '0' without queues, '1' with
+-- queues but without queueing the caller, '2' to queue it. ARGV[6]: the
+-- caller's queue entry (see queueEntry in handoff.go). ARGV[7]: how long
+-- an entry stays valid, in ms. ARGV[8]: the caller's arrival, in the
+-- server's ms, as an earlier attempt of this call answered it, or '0'
+-- when none did.
 -- (lib_fence.lua comes first: it defines take_fence.)
 --
 -- Returns {0, fence of key 1, ..., fence of key n} when the caller holds
--- every key (fences are 0 without fencing), and {i, -2 - pttl} when key i
--- is held by another token (pttl is -1 when it has no expiry); then
--- nothing is written. A key already holding the caller's token counts as
--- the caller's: an earlier delivery of this same call took it (a client
--- resends a command after a dropped connection). Its TTL is set again, and
--- its fence is the counter's current value: each key's fence is taken
--- before the key is set to the caller's token, so a key holding the token
--- had its fence taken by this call, and nobody can take one while the
--- caller holds it. A resend after a refusal by another holder finds
--- nothing of the caller's (the refusal wrote nothing); a key set by a
--- delivery refused halfway (below) had its fence taken just before, so a
--- later attempt that finds it answers that delivery's fence, never an
--- earlier holder's.
+-- every key (fences are 0 without fencing); its queue entries are gone
+-- then. A key already holding the caller's token counts as the caller's:
+-- a release handed it over to the caller's entry, or an earlier delivery
+-- of this same call took it (a client resends a command after a dropped
+-- connection). Its TTL is set again, and its fence is the counter's
+-- current value: each key's fence is taken before the key is set to the
+-- caller's token (by this script or by the release that handed it over),
+-- and nobody can take one while the caller holds it.
+--
+-- When key i is held by another token: without queues, {i, -2 - pttl}
+-- (pttl is -1 when it has no expiry), and nothing is written. With
+-- queues, {i, -2 - pttl, arrival, held, lapsed, holder}: the keys that
+-- hold the caller's token keep it, with their TTL set again, and with
+-- ARGV[5] '2' the caller's entry is added (or renewed, keeping its place)
+-- in the queue of every other key, each scored with the caller's arrival
+-- (ARGV[8], or the server's time now on the first such attempt), which
+-- the reply returns; held is a string of n characters, '1' where the key
+-- holds the caller's token; holder is key i's holder's token. lapsed is
+-- 1 when the caller had arrived (ARGV[8] is not '0') but one of its
+-- entries has lapsed or is gone from the queue of a key it does not hold:
+-- its place is lost there (it waited too long without renewing, or a key
+-- handed to it expired), so the caller must withdraw and start over;
+-- nothing is written then. So every entry of a set has the same arrival
+-- in every queue, which orders two sets the same way in every queue they
+-- share: a release hands a key to the earlier set first, and the later
+-- set cannot hold a key the earlier one waits for (see multi.go).
 --
 -- Redis does not undo a script that fails halfway, so everything that
--- can be refused by reading (TIME, every lock key, every counter) is read
--- before the first write. A write refused halfway (an ACL rule on one key)
--- leaves some keys held with the caller's token: the caller treats the
--- error as one that may have landed and deletes every key still holding
--- its token (multi_release.lua). Only counters advance for nothing, which
--- keeps fences increasing.
+-- can be refused by reading (TIME, every lock key, every counter, every
+-- queue) is read before the first write. A write refused halfway (an ACL
+-- rule on one key) leaves some keys held with the caller's token: the
+-- caller treats the error as one that may have landed and withdraws
+-- (multi_release.lua), which releases every key still holding its token
+-- and removes its entries. Only counters advance for nothing, which keeps
+-- fences increasing.
 local n = tonumber(ARGV[4])
-local fenced = #KEYS > n
-local t
-if fenced then
-  t = redis.call('time')
+local mode = ARGV[5]
+local queued = mode ~= '0'
+local entry = ARGV[6]
+local q0 = 0
+if queued then
+  q0 = n
 end
-local mine, last = {}, {}
+local fenced = #KEYS > n + q0
+local t, now
+if fenced or queued then
+  t = redis.call('time')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local mine, last, holders = {}, {}, {}
+local other = 0
 for i = 1, n do
   local holder = redis.call('get', KEYS[i])
-  if holder and holder ~= ARGV[1] then
-    return {i, -2 - redis.call('pttl', KEYS[i])}
-  end
+  holders[i] = holder
   mine[i] = holder == ARGV[1]
+  if holder and not mine[i] and other == 0 then
+    other = i
+  end
   if fenced then
-    last[i] = redis.call('get', KEYS[n + i])
+    last[i] = redis.call('get', KEYS[n + q0 + i])
   end
 end
-local reply = {0}
+
+if other == 0 then
+  local reply = {0}
+  for i = 1, n do
+    local fence = 0
+    if fenced then
+      if mine[i] and last[i] then
+        fence = tonumber(last[i])
+      else
+        fence = take_fence(KEYS[n + q0 + i], last[i], t, ARGV[3])
+      end
+    end
+    redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
+    if queued then
+      redis.call('zrem', KEYS[n + i], 'a:' .. entry, 'l:' .. entry)
+    end
+    reply[i + 1] = fence
+  end
+  return reply
+end
+
+local pttl = -2 - redis.call('pttl', KEYS[other])
+if not queued then
+  return {other, pttl}
+end
+
+local arrival = tonumber(ARGV[8])
+local lapsed = 0
+local held = {}
 for i = 1, n do
-  local fence = 0
-  if fenced then
-    if mine[i] and last[i] then
-      fence = tonumber(last[i])
-    else
-      fence = take_fence(KEYS[n + i], last[i], t, ARGV[3])
+  if mine[i] then
+    held[i] = '1'
+  else
+    held[i] = '0'
+    local l = redis.call('zscore', KEYS[n + i], 'l:' .. entry)
+    if arrival ~= 0 and (not l or -tonumber(l) <= now) then
+      lapsed = 1
     end
   end
-  redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  reply[i + 1] = fence
 end
-return reply
+held = table.concat(held)
+if lapsed == 1 then
+  return {other, pttl, arrival, held, 1, holders[other]}
+end
+if arrival == 0 and mode == '2' then
+  arrival = now
+end
+for i = 1, n do
+  if mine[i] then
+    redis.call('pexpire', KEYS[i], ARGV[2])
+  elseif mode == '2' then
+    redis.call('zadd', KEYS[n + i], 'NX', arrival, 'a:' .. entry)
+    redis.call('zadd', KEYS[n + i], -(now + tonumber(ARGV[7])), 'l:' .. entry)
+    redis.call('pexpire', KEYS[n + i], ARGV[7])
+  end
+end
+return {other, pttl, arrival, held, 0, holders[other]}

@@ -1,30 +1,80 @@
--- Release every lock of a set that still holds the caller's token
--- (Lock.Release on a set from Locker.ObtainAll; also the clean-up after
--- an ObtainAll that failed or was cancelled), and announce each release.
--- KEYS[1..n]: the lock keys. ARGV[1]: the caller's token. ARGV[2]: the
--- command that announces, PUBLISH or, on Redis Cluster, SPUBLISH.
--- ARGV[3..n+2]: the release channel of each key, in the order of KEYS.
+-- Release every lock of a set that still holds the caller's token, each
+-- as lock_release.lua releases one lock: handed straight to the first
+-- live entry of its handoff queue, or deleted; and announce each on its
+-- channel. Lock.Release of a set from Locker.ObtainAll, and the
+-- withdrawal of a waiting set (a call that gives up, fails or starts
+-- over), which also removes the caller's own entries from the queues.
+-- KEYS[1..n]: the lock keys. KEYS[n+1..2n], when ARGV[5] is '1': their
+-- handoff queues, in the same order. Then, when the set took fencing
+-- tokens: their fence counters, in the same order.
+-- ARGV[1]: the caller's token. ARGV[2]: the command that announces,
+-- PUBLISH or, on Redis Cluster, SPUBLISH. ARGV[3]: how long a fence
+-- counter lives after it was last taken, in ms, or 0 for ever. ARGV[4]:
+-- n. ARGV[5]: '1' when KEYS has the queues, else '0'. ARGV[6]: the
+-- caller's queue entry, removed from every queue first, or '' for none.
+-- ARGV[7..n+6]: the release channel of each key, in the order of KEYS.
+-- (lib_queue.lua and lib_fence.lua come first: they define pop_entry and
+-- take_fence.)
 --
--- A released key is deleted and announced with an empty message on its
--- channel, as lock_release.lua announces a plain release, so that the
--- single-key waiters on it (queued or not) wake and try. It is never
--- handed over: the handoff queue of a key is left as it is, and its live
--- entries win the key by trying (multi-key holds do not queue yet).
+-- A key released to nobody is deleted and announced with an empty
+-- message; a key handed over is set to the entry's token with the
+-- entry's TTL (and the next fencing token, when the entry asks for one
+-- and the counters were given) and announced as "<ttl ms> <fence>
+-- <token>", so that the waiter's Locker returns it (or, for a waiting
+-- set, counts it) without another round trip.
 --
 -- Every key is read before the first write; the announcements are sent
 -- with pcall, so a refused one (no rights on a channel) leaves the
 -- release done, and its waiters notice it by polling.
 -- Returns the number of keys released; a key absent or holding another
 -- token is left alone.
-local owned = {}
-for i = 1, #KEYS do
+local n = tonumber(ARGV[4])
+local queued = ARGV[5] == '1'
+local entry = ARGV[6]
+local q0 = 0
+if queued then
+  q0 = n
+end
+local fenced = #KEYS > n + q0
+local owned, waiting, last = {}, {}, {}
+local t
+for i = 1, n do
   owned[i] = redis.call('get', KEYS[i]) == ARGV[1]
+  if queued then
+    waiting[i] = redis.call('exists', KEYS[n + i]) == 1
+    if owned[i] and waiting[i] then
+      if not t then
+        t = redis.call('time')
+      end
+      if fenced then
+        last[i] = redis.call('get', KEYS[n + q0 + i])
+      end
+    end
+  end
 end
 local released = 0
-for i = 1, #KEYS do
+for i = 1, n do
+  if waiting[i] and entry ~= '' then
+    redis.call('zrem', KEYS[n + i], 'a:' .. entry, 'l:' .. entry)
+  end
   if owned[i] then
-    redis.call('del', KEYS[i])
-    redis.pcall(ARGV[2], ARGV[i + 2], '')
+    local channel = ARGV[6 + i]
+    local ttl, wants_fence, token
+    if waiting[i] then
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      ttl, wants_fence, token = pop_entry(KEYS[n + i], now, fenced)
+    end
+    if ttl then
+      local fence = 0
+      if wants_fence then
+        fence = take_fence(KEYS[n + q0 + i], last[i], t, ARGV[3])
+      end
+      redis.call('set', KEYS[i], token, 'PX', ttl)
+      redis.pcall(ARGV[2], channel, ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
+    else
+      redis.call('del', KEYS[i])
+      redis.pcall(ARGV[2], channel, '')
+    end
     released = released + 1
   end
 end

@@ -181,11 +181,64 @@ func (n *Notifier) Join(ctx context.Context, ch string, t Ticket, a Attempt, tok
 	// the key gets the connection of unknown shards, and moves to its own
 	// shard's when that refuses it: see rehome.)
 	q, created, subscribeOn := n.keyLocked(ch, node)
+	w := n.joinLocked(q, a, make(chan struct{}, 1), token, queue, shares, sent)
+	// A new subscription needs nothing: its confirmation wakes the head.
+	if !created && q.subscribed && (!t.Existed || t.events != q.events) {
+		n.kickLocked(q)
+	}
+	return w
+}
+
+// JoinAll adds a set's waiter at the back of the queue of each key whose
+// releases are announced on one of chs, in one step, so that the sets
+// that join these queues are in the same order in each, as Join adds one
+// waiter: ts are the tickets taken before the set's attempt, in the
+// order of chs, and a what that attempt learned of the key chs[at] (at
+// is -1 if it made none). The waiters share token and one
+// Wake channel, and are queued for handoffs; sent is when the set's
+// attempt that queued it was sent (zero if none did). Leave must end each
+// wait.
+func (n *Notifier) JoinAll(ctx context.Context, chs []string, ts []Ticket, a Attempt, at int, token string, sent time.Time) []*Waiter {
+	nodes := make([]string, len(chs))
+	for i, ch := range chs {
+		nodes[i] = n.nodeFor(ctx, ch)
+	}
+	var subscribeOn []*redis.PubSub
+	var subscribeCh []string
+	n.mu.Lock()
+	defer func() {
+		n.mu.Unlock()
+		for i, ps := range subscribeOn {
+			_ = n.subscribe(ctx, ps, subscribeCh[i])
+		}
+	}()
+	wake := make(chan struct{}, 1)
+	ws := make([]*Waiter, len(chs))
+	for i, ch := range chs {
+		q, created, ps := n.keyLocked(ch, nodes[i])
+		if ps != nil {
+			subscribeOn, subscribeCh = append(subscribeOn, ps), append(subscribeCh, ch)
+		}
+		learned := Attempt{HolderTTL: -1}
+		if i == at {
+			learned = a
+		}
+		ws[i] = n.joinLocked(q, learned, wake, token, true, false, sent)
+		if !created && q.subscribed && (!ts[i].Existed || ts[i].events != q.events) {
+			n.kickLocked(q)
+		}
+	}
+	return ws
+}
+
+// joinLocked adds a waiter to q as Join describes, with the wake channel
+// wake.
+func (n *Notifier) joinLocked(q *keyQueue, a Attempt, wake chan struct{}, token string, queue, shares bool, sent time.Time) *Waiter {
 	if holderUntil := holderExpiry(a.HolderTTL); !holderUntil.IsZero() {
 		q.holderUntil = holderUntil
 	}
 	n.heldByLocked(q, a.Holder)
-	w := &Waiter{q: q, wake: make(chan struct{}, 1), token: token, queue: queue, shares: shares}
+	w := &Waiter{q: q, wake: wake, token: token, queue: queue, shares: shares}
 	if queue && !sent.IsZero() {
 		w.queued, w.since, w.renewAt = true, sent, sent.Add(QueueEntryRenew)
 		for i := range q.handedTo {
@@ -197,12 +250,6 @@ func (n *Notifier) Join(ctx context.Context, ch string, t Ticket, a Attempt, tok
 		}
 	}
 	n.enqueueLocked(w)
-	// A release announced between the ticket and now may have found no
-	// waiter to wake: make up for it. (A new subscription needs nothing:
-	// its confirmation wakes the head.)
-	if !created && q.subscribed && (!t.Existed || t.events != q.events) {
-		n.kickLocked(q)
-	}
 	return w
 }
 

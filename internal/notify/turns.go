@@ -47,6 +47,24 @@ func (n *Notifier) Sending(w *Waiter) {
 	}
 }
 
+// SendingUnqueued records that w is about to send an attempt that does
+// not queue it for handoffs (a set's attempt while another of its keys
+// has waiters of this Locker ahead of it).
+func (n *Notifier) SendingUnqueued(w *Waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w.trying = true
+}
+
+// Placed reports whether w may be queued for handoffs: it is queued
+// already, or it is the head of its queue, so that no waiter of this
+// Locker that waits longer is left unqueued behind it.
+func (n *Notifier) Placed(w *Waiter) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return w.queued || (len(w.q.waiters) > 0 && w.q.waiters[0] == w)
+}
+
 // TakeHandoff returns the handoff of the lock to w, if one was heard
 // since the last call (nil otherwise), and when w's first queued attempt
 // was sent.
