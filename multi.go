@@ -408,7 +408,7 @@ func (s *setAcquisition) join(ctx context.Context, tickets []notify.Ticket, res 
 	s.wakeCh = s.ws[0].Wake()
 }
 
-func (s *setAcquisition) name() string         { return s.set.keys[0] }
+func (s *setAcquisition) name() string          { return s.set.keys[0] }
 func (s *setAcquisition) wake() <-chan struct{} { return s.wakeCh }
 
 func (s *setAcquisition) refused(last acquireRes) error {
