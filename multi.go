@@ -521,6 +521,7 @@ func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
 		return true, time.Time{}, false
 	}
 	head = true
+	placed := s.placed()
 	for i, w := range s.ws {
 		if w == nil {
 			// Held: renewed when half its TTL has passed.
@@ -529,7 +530,7 @@ func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
 			}
 			continue
 		}
-		now, at, h := s.l.notify.Plan(w)
+		now, at, h := s.l.notify.PlanQueuing(w, placed)
 		tryNow = tryNow || now
 		head = head && (h || now)
 		if !at.IsZero() && (tryAt.IsZero() || at.Before(tryAt)) {
@@ -546,11 +547,9 @@ func (s *setAcquisition) attempt(ctx context.Context) (*Lock, acquireRes, error)
 		s.startOver(ctx)
 	}
 	n := s.l.notify
-	mode := setQueues
-	for _, w := range s.ws {
-		if w != nil && !n.Placed(w) {
-			mode = setLeaves
-		}
+	mode := setLeaves
+	if s.placed() {
+		mode = setQueues
 	}
 	for _, w := range s.ws {
 		switch {
@@ -567,6 +566,17 @@ func (s *setAcquisition) attempt(ctx context.Context) (*Lock, acquireRes, error)
 		s.learn(start)
 	}
 	return lk, res, err
+}
+
+// placed reports whether the set may queue: it is first among this
+// Locker's waiters, or queued already, on every key it waits for.
+func (s *setAcquisition) placed() bool {
+	for _, w := range s.ws {
+		if w != nil && !s.l.notify.Placed(w) {
+			return false
+		}
+	}
+	return true
 }
 
 // learn acts on the refused attempt sent at start (s.last): the keys it

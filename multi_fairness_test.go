@@ -326,8 +326,9 @@ func (f fairness) String() string {
 // reportContention logs what each worker acquired, the fairness of the
 // run (the fewest acquisitions of a worker over the mean, of all workers
 // and of each kind) and the requests sent per acquisition, by kind of
-// caller, and returns the fairness of all workers.
-func reportContention(t *testing.T, elapsed time.Duration, workers []*contender, sent *sentByCaller) fairness {
+// caller, and returns the fairness of all workers and the requests per
+// acquisition of the set workers.
+func reportContention(t *testing.T, elapsed time.Duration, workers []*contender, sent *sentByCaller) (fairness, float64) {
 	t.Helper()
 	var lines []string
 	byKind := map[string][]*contender{}
@@ -356,8 +357,14 @@ func reportContention(t *testing.T, elapsed time.Duration, workers []*contender,
 	}
 	perKind = append(perKind, fmt.Sprintf("%d requests of no caller (background work)", counts["other"]))
 	t.Logf("requests per acquisition: %s", strings.Join(perKind, ", "))
-	return all
+	return all, ratio(counts["set"], fairnessOf(byKind["set"]).total)
 }
+
+// maxSetRequests bounds the requests a set sends per acquisition under
+// contention (an attempt that queues it and the release, plus the polls
+// of a head at the end of its retry slots): a set that polled instead of
+// waiting in the queues sent 5 to 7 in these runs, a queued one 2 to 3.5.
+const maxSetRequests = 4.5
 
 func ratio(n, d int) float64 {
 	if d == 0 {
@@ -405,9 +412,15 @@ func TestSetsMakeProgress(t *testing.T) {
 	ex := newExclusion(keys)
 	start := time.Now()
 	contendFor(t, run, keys, ex, workers)
-	reportContention(t, time.Since(start), workers, &sent)
+	all, setRequests := reportContention(t, time.Since(start), workers, &sent)
 
 	ex.check(t)
+	if float64(all.min) < all.mean/2 {
+		t.Errorf("the fewest acquisitions of a worker, %d, are under half the mean, %.1f", all.min, all.mean)
+	}
+	if setRequests > maxSetRequests {
+		t.Errorf("sets sent %.2f requests per acquisition, want at most %.1f", setRequests, maxSetRequests)
+	}
 	for _, w := range workers {
 		if w.acquired < minAcquired {
 			t.Errorf("%s acquired %d times in %v, want at least %d: it starved", w.name, w.acquired, run, minAcquired)
@@ -451,9 +464,12 @@ func TestSetsDiningPhilosophers(t *testing.T) {
 			ex := newExclusion(keys)
 			start := time.Now()
 			contendFor(t, run, keys, ex, workers)
-			f := reportContention(t, time.Since(start), workers, &sent)
+			f, setRequests := reportContention(t, time.Since(start), workers, &sent)
 
 			ex.check(t)
+			if setRequests > maxSetRequests {
+				t.Errorf("sets sent %.2f requests per acquisition, want at most %.1f", setRequests, maxSetRequests)
+			}
 			if float64(f.min) < f.mean/2 {
 				t.Errorf("the fewest acquisitions of a philosopher, %d, are under half the mean, %.1f", f.min, f.mean)
 			}

@@ -13,6 +13,14 @@ import (
 // whether w is at the head of its queue, and so tries at the end of its
 // retry slot too.
 func (n *Notifier) Plan(w *Waiter) (tryNow bool, tryAt time.Time, head bool) {
+	return n.PlanQueuing(w, true)
+}
+
+// PlanQueuing is Plan for a waiter whose next attempt queues it only if
+// mayQueue is set (a set's, which queues on every key or none): when it
+// may not, a head that is not queued yet sleeps as a queued head does,
+// rather than try at once to queue up.
+func (n *Notifier) PlanQueuing(w *Waiter, mayQueue bool) (tryNow bool, tryAt time.Time, head bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := w.q
@@ -26,7 +34,7 @@ func (n *Notifier) Plan(w *Waiter) (tryNow bool, tryAt time.Time, head bool) {
 		return true, time.Time{}, false
 	case q.waiters[0] != w:
 		return false, time.Time{}, false
-	case w.queue && !w.queued:
+	case w.queue && !w.queued && mayQueue:
 		// A new head: queue up for the next handoff.
 		return true, time.Time{}, false
 	}
