@@ -27,38 +27,49 @@ import (
 //
 // The whole set is taken in one script, one atomic step on one server:
 // the script reads every key first and, if any is held by another owner,
-// writes nothing. So two calls whose sets overlap never hold part of each
-// other's set, whatever order they name their keys in, and cannot
-// deadlock; a caller never holds one key while it waits for another.
+// takes nothing. A call that does not wait (NoRetry) then returns an
+// error matching ErrNotObtained that names a key that is held, having
+// written nothing.
 //
-// When a key is held by someone else, ObtainAll follows the retry
-// strategy like Obtain does, except that it does not wait in the keys'
-// queues: it tries again at the end of each of the strategy's delays, or
-// when the holder's remaining TTL runs out if that comes first, and is not
-// woken by announced releases. So it is noticed later than a single-key
-// waiter would be, and single-key waiters queued on a key are not passed
-// over by its release but may be overtaken by a set that tries at the
-// right moment. It returns an error matching ErrNotObtained, naming a key
-// that is held, when the strategy gives up (at once with NoRetry), and
-// one matching both ErrNotObtained and ctx.Err() when ctx ends.
+// A call that waits (a retry strategy) waits as Obtain does, in the
+// handoff queue of each of its keys: the attempt that finds a key taken
+// queues the set on every key it does not hold, in the same step, and its
+// Locker wakes it on the release of any of them. A release hands its key
+// to the first waiter in the key's queue, a set or a single key's, in
+// order of arrival, so sets and single-key callers of a key are served
+// first come, first served, and a set is not overtaken by callers that
+// came after it. A set holds the keys handed to it while it waits for the
+// rest, renewing them, and returns once it holds them all. Sets cannot
+// deadlock, whatever order they name their keys in: all the entries of a
+// set carry the same arrival, the server's clock at its first queued
+// attempt, so every queue orders two sets alike, and a set only ever
+// waits for a key held by a set that arrived before it (or by a
+// single-key holder, which waits for nothing); the set that arrived first
+// among those waiting gets every key it waits for. The waiting is also
+// bounded by the strategy, as Obtain's: ObtainAll returns an error
+// matching ErrNotObtained, naming a key that is held, when the strategy
+// gives up, and one matching both ErrNotObtained and ctx.Err() when ctx
+// ends; the set then leaves every queue and hands on the keys it was
+// handed.
 //
 // All or nothing: when ObtainAll returns an error, it holds no key of the
-// set. A failure that may have left part of the set written (a timeout, a
+// set and is queued on none. A failure that may have left part of the
+// set written (a timeout, a
 // dropped connection, ctx ending mid-call, a script refused halfway by an
-// ACL rule) is followed by a best-effort delete of every key still
-// holding the call's token, bounded in time (at most 5s); a reply that
+// ACL rule) is followed by a best-effort release of every key still
+// holding the call's token and removal of its queue entries, bounded in
+// time (at most 5s; entries left behind lapse within 5s); a reply that
 // came after the validity ran out (ErrLockLost) is treated the same way.
 // A Locker closed during the call makes it return an error matching
 // ErrClosed, holding nothing. Fence counters may have advanced for
 // nothing, which keeps fences increasing.
 //
-// Releasing a set deletes every key that still holds its token and
-// announces each release as Obtain's Release announces a plain one, so
-// single-key waiters on those keys wake and try; a key is never handed
-// straight to a queued waiter. A set is lost as a whole: once any key is
-// gone or taken, Refresh and renewals fail (ErrNotHeld, and the leases
-// end with ErrLockLost), and Release deletes the keys still held and
-// returns an error matching ErrNotHeld.
+// Releasing a set releases each key as Obtain's Release releases one: it
+// hands it to the first waiter in its queue, or deletes it, and announces
+// which. A set is lost as a whole: once any key is gone or taken, Refresh
+// and renewals fail (ErrNotHeld, and the leases end with ErrLockLost), and
+// Release releases the keys still held and returns an error matching
+// ErrNotHeld.
 //
 // An empty set, an invalid key, an option that Obtain refuses,
 // or any of the following returns an error matching ErrInvalidArgument
@@ -71,7 +82,8 @@ import (
 //   - WithReplicas, and a Locker with WithRestartGuard: not supported yet.
 //
 // A set of one key is exactly Obtain on that key. The Locker's observer
-// and tracer (WithObserver, WithTracer) do not report sets of more yet.
+// reports a set's events with its keys (Event.Keys), and its tracer with
+// its size (Call.SetSize).
 func (l *Locker) ObtainAll(ctx context.Context, keys []string, opts ...Option) (*Lock, error) {
 	set, err := l.keySet(keys)
 	if err != nil {
