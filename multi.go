@@ -226,14 +226,6 @@ func (l *Locker) setConfig(set []string, opts []Option) (config, error) {
 	case cfg.restartGuard:
 		return config{}, fmt.Errorf("%w: ObtainAll of several keys is not supported with the restart guard yet", ErrInvalidArgument)
 	}
-	if l.extras.sharded() {
-		slot := keyslot.Slot(cfg.prefix + set[0])
-		for _, k := range set[1:] {
-			if keyslot.Slot(cfg.prefix+k) != slot {
-				return config{}, fmt.Errorf("%w: %q and %q: keys in different hash slots are not supported yet", ErrInvalidArgument, set[0], k)
-			}
-		}
-	}
 	return cfg, nil
 }
 
@@ -278,39 +270,60 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*L
 			return nil, tries{}, err
 		}
 	}
-	s := &setAcquisition{l: l, set: newLockSet(keys, cfg), cfg: *cfg}
-	s.reset(setToken(len(keys)))
+	s := newSetAcquisition(l, keys, cfg)
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
+	var tr tries
 	if !wait {
-		lk, res, err := s.send(ctx, setUnqueued, time.Now())
-		if lk == nil && err == nil {
-			err = s.refused(res)
+		// One attempt per slot group, in the order of their slots: the
+		// first refused one ends the call, releasing the groups before it.
+		for {
+			start := time.Now()
+			won, res, err := s.send(ctx, setUnqueued, start)
+			tr.attempts++
+			switch {
+			case err != nil:
+				return nil, tr, err
+			case !won:
+				if slices.Contains(s.held, true) {
+					deleteIfOwned(ctx, s.lk)
+				}
+				return nil, tr, s.refused(res)
+			}
+			if lk, err := s.advance(ctx, start); lk != nil || err != nil {
+				return lk, tr, err
+			}
 		}
-		return lk, tries{attempts: 1}, err
 	}
 	// As a single key's waiter does (see acquire.go), a set that has
 	// waiters of this Locker ahead of it on any key joins the queues
 	// without trying; otherwise it tries at once, which queues it on
 	// every key if it loses.
-	tickets := make([]notify.Ticket, len(keys))
-	queued := false
-	for i, ch := range s.set.channels {
-		tickets[i] = l.notify.Ticket(ch.(string))
-		queued = queued || tickets[i].Queued
-	}
+	tickets, queued := s.tickets()
 	if queued {
 		s.join(ctx, tickets, acquireRes{}, -1, time.Time{})
-		return l.wait(ctx, s, backoff, delay, tries{})
+		return l.wait(ctx, s, backoff, delay, tr)
 	}
-	start := time.Now()
-	lk, res, err := s.send(ctx, setQueues, start)
-	if lk != nil || err != nil {
-		return lk, tries{attempts: 1}, err
+	for {
+		start := time.Now()
+		won, res, err := s.send(ctx, setQueues, start)
+		tr.attempts++
+		if err != nil {
+			return nil, tr, err
+		}
+		if !won {
+			s.join(ctx, tickets, res, s.last.held, start)
+			s.learn(start)
+			return l.wait(ctx, s, backoff, delay, tr)
+		}
+		if lk, err := s.advance(ctx, start); lk != nil || err != nil {
+			return lk, tr, err
+		}
+		if tickets, queued = s.tickets(); queued {
+			s.join(ctx, tickets, acquireRes{}, -1, time.Time{})
+			return l.wait(ctx, s, backoff, delay, tr)
+		}
 	}
-	s.join(ctx, tickets, res, s.last.held, start)
-	s.learn(start)
-	return l.wait(ctx, s, backoff, delay, tries{attempts: 1})
 }
 
 // Waiting for a set of locks, the way this package does it:
@@ -350,30 +363,98 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*L
 // waiters on each key it waits for, so that it does not get ahead of a
 // waiter of the same Locker that came first but is not queued yet.
 
-// A setAcquisition is one ObtainAll call that waits: its place in the
-// queues of its keys, and what it holds of the set so far.
-type setAcquisition struct {
-	l   *Locker
-	set *lockSet
-	cfg config
-	lk  *Lock // the set's handle, with the current token
+// On Redis Cluster, the keys of a set may lie in several hash slots,
+// served by different masters, whose clocks do not order arrivals
+// against each other. Such a set is taken one slot group after the other,
+// in the order of the slots (a global order, the same for every set):
+// the group of its lowest slot first, as above, then, holding it, the
+// next, and so on; the set holds what it took of the groups before while
+// it waits in the queues of the next, renewing it. A set that waits in
+// slot s holds keys of slots up to s only, so a set can wait for a key
+// held by another waiting set only if that set waits in a higher slot, or
+// in the same slot with an earlier arrival: along any chain of waits the
+// pair (slot, arrival) moves one way, and cannot close into a cycle. Each
+// group costs its own round trips: a set of keys in g slots sends at
+// least g attempts, and its Release, Refresh, TTL and each renewal one
+// script per group.
 
+// A setGroup is the keys of a set that share a hash slot, in the set's
+// order: a set of their own, and their indices in the whole set.
+type setGroup struct {
+	set *lockSet
+	idx []int
+}
+
+// slotGroups returns the keys of set (sorted, distinct) by hash slot, in
+// the order of their slots: one group of every key unless sharded.
+func slotGroups(set *lockSet, cfg *config, sharded bool) []setGroup {
+	all := make([]int, len(set.keys))
+	for i := range all {
+		all[i] = i
+	}
+	if !sharded {
+		return []setGroup{{set: set, idx: all}}
+	}
+	slotOf := func(i int) int { return keyslot.Slot(cfg.prefix + set.keys[i]) }
+	slices.SortStableFunc(all, func(a, b int) int { return slotOf(a) - slotOf(b) })
+	var groups []setGroup
+	for start := 0; start < len(all); {
+		end := start + 1
+		for end < len(all) && slotOf(all[end]) == slotOf(all[start]) {
+			end++
+		}
+		idx := all[start:end:end]
+		keys := make([]string, len(idx))
+		for j, i := range idx {
+			keys[j] = set.keys[i]
+		}
+		groups = append(groups, setGroup{set: newLockSet(keys, cfg), idx: idx})
+		start = end
+	}
+	if len(groups) == 1 {
+		groups[0].set = set
+	} else {
+		set.groups = make([]*lockSet, len(groups))
+		for i, g := range groups {
+			set.groups[i] = g.set
+		}
+	}
+	return groups
+}
+
+// A setAcquisition is one ObtainAll call: the slot groups of its set, its
+// place in the queues of the keys of the group it is taking, and what it
+// holds of the set so far.
+type setAcquisition struct {
+	l      *Locker
+	set    *lockSet
+	groups []setGroup
+	cfg    config
+	lk     *Lock // the set's handle, with the current token
+
+	// g is the group being taken; joined is set once the set waits in
+	// this Locker's queues of its keys.
+	g      int
+	joined bool
 	// token is the set's token, entry its queue entry, arrival its
-	// arrival as the server answered it (0 until an attempt queued it).
+	// arrival in the queues of group g as its server answered it (0
+	// until an attempt queued it there).
 	token, entry string
 	arrival      int64
 	wakeCh       <-chan struct{}
 	// Per key, in the set's order: the set's waiter in this Locker's
-	// queue of the key (nil while the set holds it), whether the set
-	// holds it (handed over, or found its own), since when at least (the
-	// TTL ran from then on, as far as the set knows), and its fence (-1
-	// when unknown).
+	// queue of the key (nil unless the key is in group g and the set
+	// waits for it), whether the set holds it (taken, handed over, or
+	// found its own), since when at least (the TTL ran from then on, as
+	// far as the set knows), and its fence (-1 when unknown).
 	ws     []*notify.Waiter
 	held   []bool
 	basis  []time.Time
 	fences []int64
-	// last is the last refused attempt's outcome.
-	last setRes
+	// last is the last refused attempt's outcome, and lastHeld the index
+	// in the set of the key it found held.
+	last     setRes
+	lastHeld int
 	// confirm is set when the set holds every key but must make an
 	// attempt to be sure of them for long enough (or learn their
 	// fences); restart when it must withdraw and start over.
@@ -384,12 +465,22 @@ type setAcquisition struct {
 
 var _ place = (*setAcquisition)(nil)
 
+// newSetAcquisition starts a call for the locks of keys (sorted,
+// distinct) with cfg.
+func newSetAcquisition(l *Locker, keys []string, cfg *config) *setAcquisition {
+	set := newLockSet(keys, cfg)
+	s := &setAcquisition{l: l, set: set, cfg: *cfg}
+	s.groups = slotGroups(set, cfg, l.extras.sharded())
+	s.reset(setToken(len(keys)))
+	return s
+}
+
 // reset starts the set over with token, holding and queued nowhere.
 func (s *setAcquisition) reset(token string) {
 	n := len(s.set.keys)
 	s.token = token
 	s.entry = queueEntry(s.cfg.ttlMS.(int64), s.cfg.fencing, token)
-	s.arrival = 0
+	s.arrival, s.g, s.joined = 0, 0, false
 	s.ws = make([]*notify.Waiter, n)
 	s.held = make([]bool, n)
 	s.basis = make([]time.Time, n)
@@ -408,68 +499,106 @@ func (s *setAcquisition) handle() *Lock {
 	return lk
 }
 
-// join puts the set in this Locker's queue of each key, with the tickets
-// taken before its attempt sent at sent (zero: none), which found key
-// at held as res says.
-func (s *setAcquisition) join(ctx context.Context, tickets []notify.Ticket, res acquireRes, at int, sent time.Time) {
-	chs := make([]string, len(s.set.channels))
-	for i, ch := range s.set.channels {
-		chs[i] = ch.(string)
+// tickets returns the tickets of the keys of group g, and whether any
+// key has waiters of this Locker.
+func (s *setAcquisition) tickets() ([]notify.Ticket, bool) {
+	grp := s.groups[s.g]
+	tickets := make([]notify.Ticket, len(grp.idx))
+	queued := false
+	for j, ch := range grp.set.channels {
+		tickets[j] = s.l.notify.Ticket(ch.(string))
+		queued = queued || tickets[j].Queued
 	}
-	s.ws = s.l.notify.JoinAll(ctx, chs, tickets, res.attempt(), at, s.token, sent)
-	s.wakeCh = s.ws[0].Wake()
+	return tickets, queued
+}
+
+// join puts the set in this Locker's queue of each key of group g, with
+// the tickets taken before its attempt sent at sent (zero: none), which
+// found the group's key at as res says (-1: none).
+func (s *setAcquisition) join(ctx context.Context, tickets []notify.Ticket, res acquireRes, at int, sent time.Time) {
+	grp := s.groups[s.g]
+	chs := make([]string, len(grp.idx))
+	for j, ch := range grp.set.channels {
+		chs[j] = ch.(string)
+	}
+	ws := s.l.notify.JoinAll(ctx, chs, tickets, res.attempt(), at, s.token, sent)
+	for j, i := range grp.idx {
+		s.ws[i] = ws[j]
+	}
+	s.wakeCh = ws[0].Wake()
+	s.joined = true
 }
 
 func (s *setAcquisition) name() string          { return s.set.keys[0] }
 func (s *setAcquisition) wake() <-chan struct{} { return s.wakeCh }
 
-func (s *setAcquisition) refused(last acquireRes) error {
-	return heldElsewhere(s.set.keys[s.last.held])
+func (s *setAcquisition) refused(acquireRes) error {
+	return heldElsewhere(s.set.keys[s.lastHeld])
 }
 
-// send makes one attempt on the set, sent at start, using the queues as
-// mode says, and settles it as settle does for one key.
-func (s *setAcquisition) send(ctx context.Context, mode string, start time.Time) (*Lock, acquireRes, error) {
-	cfg := &s.cfg
-	res, err := s.l.extras.acquireSet(ctx, s.set, setReq{token: s.token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS,
-		mode: mode, entry: s.entry, arrival: s.arrival})
+// send makes one attempt on group g, sent at start, using the queues as
+// mode says. It reports whether the set now holds the whole group (its
+// waiters there leave this Locker's queues); an error is settled as
+// settle does for one key, releasing what the set holds.
+func (s *setAcquisition) send(ctx context.Context, mode string, start time.Time) (bool, acquireRes, error) {
+	cfg, grp := &s.cfg, s.groups[s.g]
+	res, err := s.l.extras.acquireSet(ctx, grp.set, setReq{token: s.token, ttlMS: cfg.ttlMS,
+		fenceTTLMS: cfg.fenceTTLMS, mode: mode, entry: s.entry, arrival: s.arrival})
 	if err != nil {
 		var cleaned acquireRes
-		if mayHaveLanded(err) {
+		if mayHaveLanded(err) || slices.Contains(s.held, true) {
 			deleteIfOwned(ctx, s.lk)
 			cleaned.cleaned = true
 		}
 		if ctx.Err() != nil {
-			return nil, cleaned, notObtained(ctx, s.name())
+			return false, cleaned, notObtained(ctx, s.name())
 		}
-		return nil, cleaned, fmt.Errorf("locksmith: obtain %q: %w", s.set.keys, err)
+		return false, cleaned, fmt.Errorf("locksmith: obtain %q: %w", s.set.keys, err)
 	}
-	if res.ok {
-		lk, err := s.finish(ctx, start, start, res.fences)
-		if err != nil {
-			return nil, acquireRes{cleaned: true}, err
+	if !res.ok {
+		s.last, s.lastHeld = res, grp.idx[res.held]
+		if res.arrival != 0 {
+			s.arrival = res.arrival
 		}
-		return lk, acquireRes{ok: true}, nil
+		return false, acquireRes{holderTTL: res.holderTTL, holder: res.holder}, nil
 	}
-	s.last = res
-	if res.arrival != 0 {
-		s.arrival = res.arrival
+	for j, i := range grp.idx {
+		if w := s.ws[i]; w != nil {
+			s.l.notify.Won(w, start.Add(cfg.ttl), false)
+		}
+		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, start, res.fences[j]
 	}
-	return nil, acquireRes{holderTTL: res.holderTTL, holder: res.holder}, nil
+	return true, acquireRes{ok: true}, nil
 }
 
-// finish returns the set's handle, held with fences from start, its TTL
-// running from since at least, once it is sure the hold is still valid,
-// that ctx has not ended and that the Locker is not closed; otherwise it
-// releases the set and returns an error.
-func (s *setAcquisition) finish(ctx context.Context, start, since time.Time, fences []int64) (*Lock, error) {
+// advance moves on from group g, which the set now holds: to the next
+// group, or, after the last, to the set's return (see finish).
+func (s *setAcquisition) advance(ctx context.Context, start time.Time) (*Lock, error) {
+	if s.g+1 < len(s.groups) {
+		s.g, s.arrival, s.joined = s.g+1, 0, false
+		return nil, nil
+	}
+	lk, err := s.finish(ctx, start, slices.MinFunc(s.basis, time.Time.Compare))
+	if err != nil {
+		clear(s.held) // released by finish
+		return nil, err
+	}
+	s.done = true
+	return lk, nil
+}
+
+// finish returns the set's handle, its TTL running from since at least,
+// once it is sure the hold is still valid (checked from start), that ctx
+// has not ended and that the Locker is not closed; otherwise it releases
+// the set and returns an error.
+func (s *setAcquisition) finish(ctx context.Context, start, since time.Time) (*Lock, error) {
 	lk, cfg, set := s.lk, &s.cfg, s.set
 	lk.deadline, lk.since = since.Add(cfg.ttl-cfg.driftFor(cfg.ttl)), since
 	if cfg.fencing {
 		set.fenceOf = make(map[string]int64, len(set.keys))
 		for i, k := range set.keys {
-			set.fenceOf[k] = fences[i]
-			lk.fence = max(lk.fence, fences[i])
+			set.fenceOf[k] = s.fences[i]
+			lk.fence = max(lk.fence, s.fences[i])
 		}
 	}
 	switch elapsed := time.Since(start); {
@@ -504,41 +633,51 @@ func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 		n.Won(w, since.Add(h.TTL), false)
 		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, since, h.Fence
 	}
-	if !heard || !s.holdsAll() {
+	if !heard || !s.holdsGroup() {
 		return nil, false, nil
+	}
+	if s.g+1 < len(s.groups) {
+		// On to the next group: the next attempt joins its queues.
+		_, err := s.advance(ctx, time.Now())
+		return nil, false, err
 	}
 	since := slices.MinFunc(s.basis, time.Time.Compare)
 	cfg := &s.cfg
 	if time.Until(since.Add(cfg.ttl-cfg.driftFor(cfg.ttl))) < cfg.ttl/2 || (cfg.fencing && slices.Contains(s.fences, -1)) {
 		// Held since long ago, as far as the set knows, or with a fence
-		// it has not heard: an attempt renews every key and answers
-		// their fences.
+		// it has not heard: an attempt renews every key of the group and
+		// answers their fences (and the groups before are renewed when
+		// due).
 		s.confirm = true
 		return nil, false, nil
 	}
-	lk, err := s.finish(ctx, time.Now(), since, s.fences)
-	if err != nil {
-		clear(s.held) // released by finish
-		return nil, true, err
-	}
-	s.done = true
-	return lk, true, nil
+	lk, err := s.advance(ctx, time.Now())
+	return lk, lk != nil || err != nil, err
 }
 
-// holdsAll reports whether the set holds every key.
-func (s *setAcquisition) holdsAll() bool { return !slices.Contains(s.held, false) }
+// holdsGroup reports whether the set holds every key of group g.
+func (s *setAcquisition) holdsGroup() bool {
+	for _, i := range s.groups[s.g].idx {
+		if !s.held[i] {
+			return false
+		}
+	}
+	return true
+}
 
 func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
-	if s.confirm || s.restart {
+	if s.confirm || s.restart || !s.joined {
 		return true, time.Time{}, false
 	}
 	head = true
 	placed := s.placed()
 	for i, w := range s.ws {
 		if w == nil {
-			// Held: renewed when half its TTL has passed.
-			if renew := s.basis[i].Add(s.cfg.ttl / 2); tryAt.IsZero() || renew.Before(tryAt) {
-				tryAt = renew
+			if s.held[i] {
+				// Held: renewed when half its TTL has passed.
+				if renew := s.basis[i].Add(s.cfg.ttl / 2); tryAt.IsZero() || renew.Before(tryAt) {
+					tryAt = renew
+				}
 			}
 			continue
 		}
@@ -552,11 +691,31 @@ func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
 	return tryNow, tryAt, head && !tryNow
 }
 
-// attempt makes the set's attempt: queued on every key it does not hold
-// when it is first among this Locker's waiters on each of them.
+// placed reports whether the set may queue: it is first among this
+// Locker's waiters, or queued already, on every key it waits for.
+func (s *setAcquisition) placed() bool {
+	for _, w := range s.ws {
+		if w != nil && !s.l.notify.Placed(w) {
+			return false
+		}
+	}
+	return true
+}
+
+// attempt makes the set's attempt on group g: queued on every key of the
+// group it does not hold when it is first among this Locker's waiters on
+// each of them. It first starts over when it must, renews the groups
+// before g that are due, and joins the queues of group g when it has not.
 func (s *setAcquisition) attempt(ctx context.Context) (*Lock, acquireRes, error) {
 	if s.restart {
 		s.startOver(ctx)
+	}
+	if err := s.renewGroups(ctx); err != nil {
+		return nil, acquireRes{cleaned: true}, err
+	}
+	if !s.joined {
+		tickets, _ := s.tickets()
+		s.join(ctx, tickets, acquireRes{}, -1, time.Time{})
 	}
 	n := s.l.notify
 	mode := setLeaves
@@ -573,22 +732,52 @@ func (s *setAcquisition) attempt(ctx context.Context) (*Lock, acquireRes, error)
 		}
 	}
 	start := time.Now()
-	lk, res, err := s.send(ctx, mode, start)
-	if lk == nil && err == nil {
-		s.learn(start)
+	won, res, err := s.send(ctx, mode, start)
+	switch {
+	case err != nil:
+		return nil, res, err
+	case won:
+		lk, err := s.advance(ctx, start)
+		if err != nil {
+			return nil, acquireRes{cleaned: true}, err
+		}
+		return lk, res, nil
 	}
-	return lk, res, err
+	s.learn(start)
+	return nil, res, nil
 }
 
-// placed reports whether the set may queue: it is first among this
-// Locker's waiters, or queued already, on every key it waits for.
-func (s *setAcquisition) placed() bool {
-	for _, w := range s.ws {
-		if w != nil && !s.l.notify.Placed(w) {
-			return false
+// renewGroups renews each group before g whose keys are due, starting
+// the set over when one is found lost. An error ends the call, the set
+// released.
+func (s *setAcquisition) renewGroups(ctx context.Context) error {
+	for _, grp := range s.groups[:s.g] {
+		due := false
+		for _, i := range grp.idx {
+			due = due || !time.Now().Before(s.basis[i].Add(s.cfg.ttl/2))
+		}
+		if !due {
+			continue
+		}
+		start := time.Now()
+		ok, err := s.l.extras.setHandles(grp.set).refresh(ctx, s.lk.ref, s.cfg.ttl)
+		switch {
+		case err != nil:
+			deleteIfOwned(ctx, s.lk)
+			clear(s.held)
+			if ctx.Err() != nil {
+				return notObtained(ctx, s.name())
+			}
+			return fmt.Errorf("locksmith: obtain %q: renew %q: %w", s.set.keys, grp.set.keys, err)
+		case !ok:
+			s.startOver(ctx)
+			return nil
+		}
+		for _, i := range grp.idx {
+			s.basis[i] = start
 		}
 	}
-	return true
+	return nil
 }
 
 // learn acts on the refused attempt sent at start (s.last): the keys it
@@ -602,14 +791,15 @@ func (s *setAcquisition) learn(start time.Time) {
 	}
 	s.confirm = false
 	s.restart = s.restart || res.lapsed
-	for i, mine := range res.mine {
+	for j, mine := range res.mine {
+		i := s.groups[s.g].idx[j]
 		switch {
 		case mine && s.held[i]:
 			s.basis[i] = start
 		case mine:
 			// Handed over unheard (or taken by an earlier delivery of
 			// this attempt): its fence is learned by the attempt that
-			// completes the set.
+			// completes the group.
 			if w := s.ws[i]; w != nil {
 				s.l.notify.Won(w, start.Add(s.cfg.ttl), false)
 			}
@@ -618,19 +808,18 @@ func (s *setAcquisition) learn(start time.Time) {
 			s.restart = true
 		}
 	}
-	if s.holdsAll() {
+	if s.holdsGroup() {
 		s.confirm = true
 	}
 }
 
 // startOver withdraws the set from every queue, releasing what it holds
-// to the next in line, and joins this Locker's queues again, behind the
-// waiters there, with a new token.
+// to the next in line, and starts over with a new token, from the first
+// group; its next attempt joins this Locker's queues again, behind the
+// waiters there.
 func (s *setAcquisition) startOver(ctx context.Context) {
 	s.leave(ctx)
 	s.reset(setToken(len(s.set.keys)))
-	tickets := make([]notify.Ticket, len(s.set.keys))
-	s.join(ctx, tickets, acquireRes{}, -1, time.Time{})
 }
 
 func (s *setAcquisition) won(lk *Lock, _ acquireRes) {
@@ -649,7 +838,7 @@ func (s *setAcquisition) lost(res acquireRes, sent time.Time) {
 			continue
 		}
 		a := noAttempt
-		if i == s.last.held {
+		if i == s.lastHeld {
 			a = res.attempt()
 		}
 		s.l.notify.Lost(w, a, sent)
@@ -669,7 +858,7 @@ func (s *setAcquisition) failed(res acquireRes) {
 }
 
 // leave takes the set out of this Locker's queues and, unless it won,
-// withdraws it from Redis: its entries, and the keys handed to it.
+// withdraws it from Redis: its entries, and the keys it holds.
 func (s *setAcquisition) leave(ctx context.Context) {
 	withdraw := slices.Contains(s.held, true)
 	for i, w := range s.ws {

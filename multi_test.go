@@ -615,7 +615,7 @@ func TestObtainAllOverlapping(t *testing.T) {
 }
 
 // TestObtainAllCluster: on Redis Cluster, a set in one slot is taken in
-// one step; keys in different slots are refused before anything is sent.
+// one step (sets across slots: multi_cluster_test.go).
 func TestObtainAllCluster(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	ctx := t.Context()
@@ -629,9 +629,6 @@ func TestObtainAllCluster(t *testing.T) {
 	require.NoError(t, lk.Release(ctx))
 	requireAbsent(t, cc, keys...)
 
-	_, err = l.ObtainAll(ctx, []string{"a", "b"})
-	require.ErrorIs(t, err, locksmith.ErrInvalidArgument)
-	require.ErrorContains(t, err, "different hash slots")
 }
 
 // TestObtainAllSentinel: a set through a Sentinel failover client.

@@ -28,6 +28,11 @@ type lockSet struct {
 	queues   []any // the handoff queues; nil on a deployment that does not queue
 	fences   []any // the fence counters; nil without fencing
 	channels []any // the release channels
+	// groups are the set's keys by Redis Cluster hash slot, in the order
+	// of their slots, each a set of its own, when the keys are in more
+	// than one slot; nil otherwise. The handle's calls run on each group
+	// in turn (see lockSetStore).
+	groups []*lockSet
 	// fenceOf is each key's fencing token once the set is held; nil
 	// without fencing. Written before the handle is returned, read only.
 	fenceOf map[string]int64
@@ -149,21 +154,34 @@ type setRes struct {
 	lapsed    bool
 }
 
+// eachGroup runs f on the store of each slot group of the set in turn,
+// or of the whole set when it has one slot, and reports whether every
+// call did, with their errors joined.
+func (ss lockSetStore) eachGroup(f func(g lockSetStore) (bool, error)) (bool, error) {
+	if ss.set.groups == nil {
+		return f(ss)
+	}
+	all, errs := true, []error(nil)
+	for _, g := range ss.set.groups {
+		ok, err := f(lockSetStore{s: ss.s, set: g})
+		all = all && ok
+		errs = append(errs, err)
+	}
+	return all, errors.Join(errs...)
+}
+
 // release releases every key of the set that holds the token, handing
 // each to the first live entry of its queue or deleting it, announces
 // each on its channel, and reports whether every key did.
 func (ss lockSetStore) release(ctx context.Context, ref lockRef) (bool, error) {
-	return ss.releaseAll(ctx, ref, "")
+	return ss.eachGroup(func(g lockSetStore) (bool, error) { return g.releaseAll(ctx, ref, "") })
 }
 
 // withdraw is release for a set that waited: it also removes its entry,
 // made with ttlMS, from every queue.
 func (ss lockSetStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (bool, error) {
-	entry := ""
-	if ss.set.queues != nil {
-		entry = queueEntry(ttlMS, ss.set.fences != nil, ref.token.(string))
-	}
-	return ss.releaseAll(ctx, ref, entry)
+	entry := queueEntry(ttlMS, ss.set.fences != nil, ref.token.(string))
+	return ss.eachGroup(func(g lockSetStore) (bool, error) { return g.releaseAll(ctx, ref, entry) })
 }
 
 // releaseAll runs multi_release.lua for the set's keys held by ref's
@@ -208,16 +226,28 @@ func (ss lockSetStore) releaseKeys(ctx context.Context, ref lockRef, entry strin
 }
 
 func (ss lockSetStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	res, err := multiRefreshLua.run(ctx, ss.s.client, ss.keysThen(ref.token, ttl.Milliseconds())).Int64()
-	return res == 1, err
+	return ss.eachGroup(func(g lockSetStore) (bool, error) {
+		res, err := multiRefreshLua.run(ctx, g.s.client, g.keysThen(ref.token, ttl.Milliseconds())).Int64()
+		return res == 1, err
+	})
 }
 
 func (ss lockSetStore) pttl(ctx context.Context, ref lockRef) (time.Duration, bool, error) {
-	res, err := multiPTTLLua.run(ctx, ss.s.client, ss.keysThen(ref.token)).Int64()
-	if err != nil || res == pttlNotHeld {
+	least := time.Duration(-1)
+	held, err := ss.eachGroup(func(g lockSetStore) (bool, error) {
+		res, err := multiPTTLLua.run(ctx, g.s.client, g.keysThen(ref.token)).Int64()
+		if err != nil || res == pttlNotHeld {
+			return false, err
+		}
+		if ttl := time.Duration(res) * time.Millisecond; least < 0 || ttl < least {
+			least = ttl
+		}
+		return true, nil
+	})
+	if err != nil || !held {
 		return 0, false, err
 	}
-	return time.Duration(res) * time.Millisecond, true, nil
+	return least, true, nil
 }
 
 // keysThen lays out a script's arguments: the set's lock keys, then argv.
