@@ -451,6 +451,9 @@ type setAcquisition struct {
 	held   []bool
 	basis  []time.Time
 	fences []int64
+	// taken is, per key, whether the last attempt found it held by
+	// another owner.
+	taken []bool
 	// last is the last refused attempt's outcome, and lastHeld the index
 	// in the set of the key it found held.
 	last     setRes
@@ -485,6 +488,7 @@ func (s *setAcquisition) reset(token string) {
 	s.held = make([]bool, n)
 	s.basis = make([]time.Time, n)
 	s.fences = make([]int64, n)
+	s.taken = make([]bool, n)
 	s.confirm, s.restart = false, false
 	s.lk = s.handle()
 }
@@ -568,7 +572,7 @@ func (s *setAcquisition) send(ctx context.Context, mode string, start time.Time)
 		}
 		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, start, res.fences[j]
 	}
-	return true, acquireRes{ok: true}, nil
+	return true, acquireRes{ok: true, mine: res.handed}, nil
 }
 
 // advance moves on from group g, which the set now holds: to the next
@@ -633,7 +637,13 @@ func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 		n.Won(w, since.Add(h.TTL), false)
 		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, since, h.Fence
 	}
-	if !heard || !s.holdsGroup() {
+	if !heard {
+		return nil, false, nil
+	}
+	if !s.holdsGroup() {
+		// The keys it still waits for were free at its last attempt:
+		// no release of them will wake it, so it tries at once.
+		s.confirm = !s.waitsForTaken()
 		return nil, false, nil
 	}
 	if s.g+1 < len(s.groups) {
@@ -653,6 +663,18 @@ func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 	}
 	lk, err := s.advance(ctx, time.Now())
 	return lk, lk != nil || err != nil, err
+}
+
+// waitsForTaken reports whether a key of group g that the set does not
+// hold was held by another owner at its last attempt: its release (or
+// expiry, which the set's polls notice) is what the set waits for.
+func (s *setAcquisition) waitsForTaken() bool {
+	for _, i := range s.groups[s.g].idx {
+		if !s.held[i] && s.taken[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // holdsGroup reports whether the set holds every key of group g.
@@ -793,6 +815,7 @@ func (s *setAcquisition) learn(start time.Time) {
 	s.restart = s.restart || res.lapsed
 	for j, mine := range res.mine {
 		i := s.groups[s.g].idx[j]
+		s.taken[i] = res.taken[j]
 		switch {
 		case mine && s.held[i]:
 			s.basis[i] = start

@@ -158,6 +158,8 @@ func TestObtainAllHandedOver(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, st.Fence, set.lk.FenceOf(f.keys[0]), "the fence the handoff took")
 			}
+			// Events reach the observer from a goroutine of the Locker's.
+			eventually(t, 5*time.Second, func() bool { return len(f.events.obtains()) > 0 }, "the set's EventObtain")
 			evs := f.events.obtains()
 			require.Len(t, evs, 1)
 			require.Equal(t, f.keys, evs[0].Keys)

@@ -111,8 +111,8 @@ func parseSetRes(v []any, n int, queued bool) (setRes, bool) {
 		ints = append(ints, i)
 	}
 	switch {
-	case len(v) == n+1 && len(ints) == n+1 && ints[0] == 0:
-		return setRes{ok: true, fences: ints[1:]}, true
+	case len(v) == n+1 && len(ints) == n+1 && ints[0] <= 0:
+		return setRes{ok: true, fences: ints[1:], handed: ints[0] < 0}, true
 	case len(ints) < 2 || ints[0] < 1 || int(ints[0]) > n || ints[1] >= 0:
 		return setRes{}, false
 	}
@@ -130,9 +130,9 @@ func parseSetRes(v []any, n int, queued bool) (setRes, bool) {
 		return setRes{}, false
 	}
 	res.arrival, res.lapsed, res.holder = ints[2], lapsed == 1, holder
-	res.mine = make([]bool, n)
+	res.mine, res.taken = make([]bool, n), make([]bool, n)
 	for i := range n {
-		res.mine[i] = mine[i] == '1'
+		res.mine[i], res.taken[i] = mine[i] == '1', mine[i] == '2'
 	}
 	return res, true
 }
@@ -141,15 +141,19 @@ func parseSetRes(v []any, n int, queued bool) (setRes, bool) {
 // each key (0 without fencing), in the set's order; or not, with the
 // index of a key held by another owner, that holder's remaining TTL
 // (negative when it has no expiry) and, for an attempt with queues, its
-// token, which keys hold the caller's token (mine), the caller's arrival
-// and whether one of its entries had lapsed (see multi_obtain.lua).
+// token, which keys hold the caller's token (mine) and which another's
+// (taken), the caller's arrival and whether one of its entries had lapsed
+// (see multi_obtain.lua). handed is set, with ok, when some keys held the
+// caller's token already: handed over, unheard.
 type setRes struct {
 	ok        bool
+	handed    bool
 	fences    []int64
 	held      int
 	holderTTL time.Duration
 	holder    string
 	mine      []bool
+	taken     []bool
 	arrival   int64
 	lapsed    bool
 }

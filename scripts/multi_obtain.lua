@@ -16,9 +16,10 @@
 -- when none did.
 -- (lib_fence.lua comes first: it defines take_fence.)
 --
--- Returns {0, fence of key 1, ..., fence of key n} when the caller holds
--- every key (fences are 0 without fencing); its queue entries are gone
--- then. A key already holding the caller's token counts as the caller's:
+-- Returns {-m, fence of key 1, ..., fence of key n} when the caller holds
+-- every key (fences are 0 without fencing), where m is how many of them
+-- held the caller's token already (handed over unheard); its queue
+-- entries are gone then. A key already holding the caller's token counts as the caller's:
 -- a release handed it over to the caller's entry, or an earlier delivery
 -- of this same call took it (a client resends a command after a dropped
 -- connection). Its TTL is set again, and its fence is the counter's
@@ -34,7 +35,8 @@
 -- in the queue of every other key, each scored with the caller's arrival
 -- (ARGV[8], or the server's time now on the first such attempt), which
 -- the reply returns; held is a string of n characters, '1' where the key
--- holds the caller's token; holder is key i's holder's token. lapsed is
+-- holds the caller's token, '2' where another, '0' where it is free;
+-- holder is key i's holder's token. lapsed is
 -- 1 when the caller had arrived (ARGV[8] is not '0') but one of its
 -- entries has lapsed or is gone from the queue of a key it does not hold:
 -- its place is lost there (it waited too long without renewing, or a key
@@ -83,6 +85,9 @@ end
 if other == 0 then
   local reply = {0}
   for i = 1, n do
+    if mine[i] then
+      reply[1] = reply[1] - 1
+    end
     local fence = 0
     if fenced then
       if mine[i] and last[i] then
@@ -113,6 +118,9 @@ for i = 1, n do
     held[i] = '1'
   else
     held[i] = '0'
+    if holders[i] then
+      held[i] = '2'
+    end
     local l = redis.call('zscore', KEYS[n + i], 'l:' .. entry)
     if arrival ~= 0 and (not l or -tonumber(l) <= now) then
       lapsed = 1

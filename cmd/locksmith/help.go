@@ -149,8 +149,9 @@ space); with --fencing, LOCKSMITH_FENCE is the highest of the keys'
 fencing tokens and LOCKSMITH_FENCES holds each key's own, as KEY=FENCE
 separated by spaces: pass each resource the token of its own key. The
 set is lost as a whole when any KEY is lost (exit 79, as for a lock).
---once and --limit take one KEY. On Redis Cluster, the keys must share a
-hash slot: give them a common hash tag ({order:42}:items).
+--once and --limit take one KEY. On Redis Cluster, keys that share a hash
+slot ({order:42}:items) are taken in one step, and keys in different slots
+one slot after the other.
 
 --fencing gives COMMAND a fencing token in LOCKSMITH_FENCE: a decimal
 integer larger than any token given to an earlier holder of KEY (compare

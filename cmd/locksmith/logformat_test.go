@@ -238,3 +238,33 @@ func TestElectLogJSON(t *testing.T) {
 		t.Errorf("the token %q is in the log:\n%s", token, p.errOut(t))
 	}
 }
+
+// A set of locks that waits for a key held by another run is handed it:
+// its records name the set and say what the library tried, as a lock's
+// do.
+func TestRunLogJSONSetWaitsThenAcquires(t *testing.T) {
+	t.Parallel()
+	url, _ := shared(t)
+	a, b, dir := uniqueKey(t)+":a", uniqueKey(t)+":b", t.TempDir()
+	holder := start(t, nil, append([]string{"run", "--redis", url, "--key", b, "--"},
+		script(dir, `touch "$1/holding"; while [ ! -e "$1/finish" ]; do sleep 0.05; done`)...)...)
+	eventually(t, 20*time.Second, func() bool { return exists(dir + "/holding") }, "the holder did not start")
+	waiter := start(t, nil, append([]string{"run", "--redis", url, "--key", a, "--key", b, "--wait", "60s",
+		"--log-format", "json", "--"}, script(dir, `true`)...)...)
+	eventually(t, 20*time.Second, func() bool { return status(t, url, b).Queued == 1 }, "the set did not queue")
+	touch(t, dir+"/finish")
+	holder.expect(t, 0)
+	waiter.expect(t, 0)
+
+	recs := records(t, waiter)
+	inOrder(t, recs, "acquired", "child_started", "child_exited", "released", "exit")
+	acquired, _ := find(t, recs, "acquired")
+	keys, _ := acquired["keys"].([]any)
+	if len(keys) != 2 || keys[0] != a || keys[1] != b || acquired["hold"] != "lock" ||
+		num(t, acquired, "attempts") < 1 || acquired["handed_over"] != true {
+		t.Errorf("acquired: %v; want keys [%q %q], hold lock, attempts and handed_over true", acquired, a, b)
+	}
+	if released, _ := find(t, recs, "released"); released["hold"] != "lock" || num(t, released, "held_ms") < 0 {
+		t.Errorf("released: %v", released)
+	}
+}
