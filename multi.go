@@ -52,6 +52,17 @@ import (
 // ends; the set then leaves every queue and hands on the keys it was
 // handed.
 //
+// On Redis Cluster, keys that share a hash slot ("{order:42}:items") are
+// taken in one step as above. Keys in several slots are taken one slot
+// after the other, in the order of the slots, which is the same for every
+// set: the keys of the lowest slot first, then, holding them (and
+// renewing them), the next slot's, and so on. A set waiting in one slot
+// can only wait for a set that waits in a higher slot, or in the same one
+// having arrived first, so such sets cannot deadlock either. Each slot
+// costs a round trip of its own, for the obtain and for every Release,
+// Refresh, TTL and renewal; give keys that belong together a common hash
+// tag.
+//
 // All or nothing: when ObtainAll returns an error, it holds no key of the
 // set and is queued on none. A failure that may have left part of the
 // set written (a timeout, a
@@ -74,8 +85,6 @@ import (
 // An empty set, an invalid key, an option that Obtain refuses,
 // or any of the following returns an error matching ErrInvalidArgument
 // and sends nothing:
-//   - On Redis Cluster, keys in different hash slots: they are not
-//     supported yet. Give the keys a common hash tag ("{order:42}:items").
 //   - A quorum (NewQuorum): the set would have to be taken atomically on a
 //     majority of independent servers, and a partial win on each would
 //     have to be undone; not supported.
