@@ -320,3 +320,32 @@ func BenchmarkFanOut(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkObtainAllUncontended is ObtainAll + Release of a free set of
+// two keys in one slot: trying once, and as a caller that would wait.
+func BenchmarkObtainAllUncontended(b *testing.B) {
+	srv := redistest.New(b)
+	ctx := context.Background()
+	keys := []string{"{bench:set}:a", "{bench:set}:b"}
+	for _, tc := range []struct {
+		name string
+		opts []locksmith.Option
+	}{
+		{"try-once", nil},
+		{"waiting", []locksmith.Option{locksmith.WithRetry(locksmith.LinearBackoff(50 * time.Millisecond))}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			l := newLocker(b, srv.Client(b))
+			b.ReportAllocs()
+			for b.Loop() {
+				lk, err := l.ObtainAll(ctx, keys, tc.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

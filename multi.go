@@ -294,7 +294,7 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*L
 			case err != nil:
 				return nil, tr, err
 			case !won:
-				if slices.Contains(s.held, true) {
+				if s.holdsAny() {
 					deleteIfOwned(ctx, s.lk)
 				}
 				return nil, tr, s.refused(res)
@@ -387,6 +387,20 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*L
 // least g attempts, and its Release, Refresh, TTL and each renewal one
 // script per group.
 
+// A setKey is the state of one key of a set being taken: the set's
+// waiter in this Locker's queue of the key (nil unless the key is in
+// group g and the set waits for it), whether the set holds it (taken,
+// handed over, or found its own), since when at least (the TTL ran from
+// then on, as far as the set knows), and its fence (-1 when unknown);
+// and whether the set's last attempt found it held by another owner.
+type setKey struct {
+	w     *notify.Waiter
+	held  bool
+	basis time.Time
+	fence int64
+	taken bool
+}
+
 // A setGroup is the keys of a set that share a hash slot, in the set's
 // order: a set of their own, and their indices in the whole set.
 type setGroup struct {
@@ -394,16 +408,23 @@ type setGroup struct {
 	idx []int
 }
 
-// slotGroups returns the keys of set (sorted, distinct) by hash slot, in
-// the order of their slots: one group of every key unless sharded.
-func slotGroups(set *lockSet, cfg *config, sharded bool) []setGroup {
-	all := make([]int, len(set.keys))
+// allKeys returns the indices of a set of n keys.
+func allKeys(n int) []int {
+	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
+	return all
+}
+
+// slotGroups returns the keys of set (sorted, distinct) by hash slot, in
+// the order of their slots, when sharded; nil otherwise (one group of
+// every key).
+func slotGroups(set *lockSet, cfg *config, sharded bool) []setGroup {
 	if !sharded {
-		return []setGroup{{set: set, idx: all}}
+		return nil
 	}
+	all := allKeys(len(set.keys))
 	slotOf := func(i int) int { return keyslot.Slot(cfg.prefix + set.keys[i]) }
 	slices.SortStableFunc(all, func(a, b int) int { return slotOf(a) - slotOf(b) })
 	var groups []setGroup
@@ -438,6 +459,7 @@ type setAcquisition struct {
 	l      *Locker
 	set    *lockSet
 	groups []setGroup
+	one    [1]setGroup // the groups of a set in one slot
 	cfg    config
 	lk     *Lock // the set's handle, with the current token
 
@@ -445,24 +467,15 @@ type setAcquisition struct {
 	// this Locker's queues of its keys.
 	g      int
 	joined bool
-	// token is the set's token, entry its queue entry, arrival its
+	// token is the set's token, entry its queue entry (once an attempt
+	// used the queues), arrival its
 	// arrival in the queues of group g as its server answered it (0
 	// until an attempt queued it there).
 	token, entry string
 	arrival      int64
 	wakeCh       <-chan struct{}
-	// Per key, in the set's order: the set's waiter in this Locker's
-	// queue of the key (nil unless the key is in group g and the set
-	// waits for it), whether the set holds it (taken, handed over, or
-	// found its own), since when at least (the TTL ran from then on, as
-	// far as the set knows), and its fence (-1 when unknown).
-	ws     []*notify.Waiter
-	held   []bool
-	basis  []time.Time
-	fences []int64
-	// taken is, per key, whether the last attempt found it held by
-	// another owner.
-	taken []bool
+	// at is the state of each key, in the set's order.
+	at []setKey
 	// last is the last refused attempt's outcome, and lastHeld the index
 	// in the set of the key it found held.
 	last     setRes
@@ -482,7 +495,10 @@ var _ place = (*setAcquisition)(nil)
 func newSetAcquisition(l *Locker, keys []string, cfg *config) *setAcquisition {
 	set := newLockSet(keys, cfg)
 	s := &setAcquisition{l: l, set: set, cfg: *cfg}
-	s.groups = slotGroups(set, cfg, l.extras.sharded())
+	if s.groups = slotGroups(set, cfg, l.extras.sharded()); s.groups == nil {
+		s.one[0] = setGroup{set: set, idx: allKeys(len(keys))}
+		s.groups = s.one[:]
+	}
 	s.reset(setToken(len(keys)))
 	return s
 }
@@ -490,14 +506,9 @@ func newSetAcquisition(l *Locker, keys []string, cfg *config) *setAcquisition {
 // reset starts the set over with token, holding and queued nowhere.
 func (s *setAcquisition) reset(token string) {
 	n := len(s.set.keys)
-	s.token = token
-	s.entry = queueEntry(s.cfg.ttlMS.(int64), s.cfg.fencing, token)
+	s.token, s.entry = token, ""
 	s.arrival, s.g, s.joined = 0, 0, false
-	s.ws = make([]*notify.Waiter, n)
-	s.held = make([]bool, n)
-	s.basis = make([]time.Time, n)
-	s.fences = make([]int64, n)
-	s.taken = make([]bool, n)
+	s.at = make([]setKey, n)
 	s.confirm, s.restart = false, false
 	s.lk = s.handle()
 }
@@ -506,7 +517,7 @@ func (s *setAcquisition) reset(token string) {
 func (s *setAcquisition) handle() *Lock {
 	cfg, set := &s.cfg, s.set
 	lk := &Lock{key: set.keys[0], token: s.token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
-	lk.ref = lockRef{key: cfg.prefix + set.keys[0], lockKey: set.lockKeys[0], token: s.token, channel: set.channels[0],
+	lk.ref = lockRef{key: set.lockKeys[0].(string), lockKey: set.lockKeys[0], token: s.token, channel: set.channels[0],
 		fenceTTLMS: cfg.fenceTTLMS}
 	lk.store = s.l.extras.setHandles(set)
 	return lk
@@ -536,7 +547,7 @@ func (s *setAcquisition) join(ctx context.Context, tickets []notify.Ticket, res 
 	}
 	ws := s.l.notify.JoinAll(ctx, chs, tickets, res.attempt(), at, s.token, sent)
 	for j, i := range grp.idx {
-		s.ws[i] = ws[j]
+		s.at[i].w = ws[j]
 	}
 	s.wakeCh = ws[0].Wake()
 	s.joined = true
@@ -555,11 +566,14 @@ func (s *setAcquisition) refused(acquireRes) error {
 // settle does for one key, releasing what the set holds.
 func (s *setAcquisition) send(ctx context.Context, mode string, start time.Time) (bool, acquireRes, error) {
 	cfg, grp := &s.cfg, s.groups[s.g]
-	res, err := s.l.extras.acquireSet(ctx, grp.set, setReq{token: s.token, ttlMS: cfg.ttlMS,
+	if mode != setUnqueued && s.entry == "" {
+		s.entry = queueEntry(cfg.ttlMS.(int64), cfg.fencing, s.token)
+	}
+	res, err := s.l.extras.acquireSet(ctx, grp.set, setReq{token: s.lk.ref.token, ttlMS: cfg.ttlMS,
 		fenceTTLMS: cfg.fenceTTLMS, mode: mode, entry: s.entry, arrival: s.arrival})
 	if err != nil {
 		var cleaned acquireRes
-		if mayHaveLanded(err) || slices.Contains(s.held, true) {
+		if mayHaveLanded(err) || s.holdsAny() {
 			deleteIfOwned(ctx, s.lk)
 			cleaned.cleaned = true
 		}
@@ -576,10 +590,10 @@ func (s *setAcquisition) send(ctx context.Context, mode string, start time.Time)
 		return false, acquireRes{holderTTL: res.holderTTL, holder: res.holder}, nil
 	}
 	for j, i := range grp.idx {
-		if w := s.ws[i]; w != nil {
+		if w := s.at[i].w; w != nil {
 			s.l.notify.Won(w, start.Add(cfg.ttl), false)
 		}
-		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, start, res.fences[j]
+		s.at[i].w, s.at[i].held, s.at[i].basis, s.at[i].fence = nil, true, start, res.fences[j]
 	}
 	return true, acquireRes{ok: true, mine: res.handed}, nil
 }
@@ -591,9 +605,9 @@ func (s *setAcquisition) advance(ctx context.Context, start time.Time) (*Lock, e
 		s.g, s.arrival, s.joined = s.g+1, 0, false
 		return nil, nil
 	}
-	lk, err := s.finish(ctx, start, slices.MinFunc(s.basis, time.Time.Compare))
+	lk, err := s.finish(ctx, start, s.since())
 	if err != nil {
-		clear(s.held) // released by finish
+		s.dropHeld() // released by finish
 		return nil, err
 	}
 	s.done = true
@@ -610,8 +624,8 @@ func (s *setAcquisition) finish(ctx context.Context, start, since time.Time) (*L
 	if cfg.fencing {
 		set.fenceOf = make(map[string]int64, len(set.keys))
 		for i, k := range set.keys {
-			set.fenceOf[k] = s.fences[i]
-			lk.fence = max(lk.fence, s.fences[i])
+			set.fenceOf[k] = s.at[i].fence
+			lk.fence = max(lk.fence, s.at[i].fence)
 		}
 	}
 	switch elapsed := time.Since(start); {
@@ -634,7 +648,8 @@ func (s *setAcquisition) finish(ctx context.Context, start, since time.Time) (*L
 func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 	n := s.l.notify
 	heard := false
-	for i, w := range s.ws {
+	for i := range s.at {
+		w := s.at[i].w
 		if w == nil {
 			continue
 		}
@@ -644,7 +659,7 @@ func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 		}
 		heard = true
 		n.Won(w, since.Add(h.TTL), false)
-		s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, since, h.Fence
+		s.at[i].w, s.at[i].held, s.at[i].basis, s.at[i].fence = nil, true, since, h.Fence
 	}
 	if !heard {
 		return nil, false, nil
@@ -660,9 +675,9 @@ func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 		_, err := s.advance(ctx, time.Now())
 		return nil, false, err
 	}
-	since := slices.MinFunc(s.basis, time.Time.Compare)
+	since := s.since()
 	cfg := &s.cfg
-	if time.Until(since.Add(cfg.ttl-cfg.driftFor(cfg.ttl))) < cfg.ttl/2 || (cfg.fencing && slices.Contains(s.fences, -1)) {
+	if time.Until(since.Add(cfg.ttl-cfg.driftFor(cfg.ttl))) < cfg.ttl/2 || (cfg.fencing && s.fenceUnknown()) {
 		// Held since long ago, as far as the set knows, or with a fence
 		// it has not heard: an attempt renews every key of the group and
 		// answers their fences (and the groups before are renewed when
@@ -679,7 +694,45 @@ func (s *setAcquisition) handedOver(ctx context.Context) (*Lock, bool, error) {
 // expiry, which the set's polls notice) is what the set waits for.
 func (s *setAcquisition) waitsForTaken() bool {
 	for _, i := range s.groups[s.g].idx {
-		if !s.held[i] && s.taken[i] {
+		if !s.at[i].held && s.at[i].taken {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsAny reports whether the set holds any key.
+func (s *setAcquisition) holdsAny() bool {
+	for _, k := range s.at {
+		if k.held {
+			return true
+		}
+	}
+	return false
+}
+
+// dropHeld forgets the keys the set held, once they are released.
+func (s *setAcquisition) dropHeld() {
+	for i := range s.at {
+		s.at[i].held = false
+	}
+}
+
+// since returns the earliest time the set's TTL ran from on a key.
+func (s *setAcquisition) since() time.Time {
+	since := s.at[0].basis
+	for _, k := range s.at[1:] {
+		if k.basis.Before(since) {
+			since = k.basis
+		}
+	}
+	return since
+}
+
+// fenceUnknown reports whether the fence of a key is unknown.
+func (s *setAcquisition) fenceUnknown() bool {
+	for _, k := range s.at {
+		if k.fence == -1 {
 			return true
 		}
 	}
@@ -689,7 +742,7 @@ func (s *setAcquisition) waitsForTaken() bool {
 // holdsGroup reports whether the set holds every key of group g.
 func (s *setAcquisition) holdsGroup() bool {
 	for _, i := range s.groups[s.g].idx {
-		if !s.held[i] {
+		if !s.at[i].held {
 			return false
 		}
 	}
@@ -702,11 +755,12 @@ func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
 	}
 	head = true
 	placed := s.placed()
-	for i, w := range s.ws {
+	for i := range s.at {
+		w := s.at[i].w
 		if w == nil {
-			if s.held[i] {
+			if s.at[i].held {
 				// Held: renewed when half its TTL has passed.
-				if renew := s.basis[i].Add(s.cfg.ttl / 2); tryAt.IsZero() || renew.Before(tryAt) {
+				if renew := s.at[i].basis.Add(s.cfg.ttl / 2); tryAt.IsZero() || renew.Before(tryAt) {
 					tryAt = renew
 				}
 			}
@@ -725,7 +779,8 @@ func (s *setAcquisition) plan() (tryNow bool, tryAt time.Time, head bool) {
 // placed reports whether the set may queue: it is first among this
 // Locker's waiters, or queued already, on every key it waits for.
 func (s *setAcquisition) placed() bool {
-	for _, w := range s.ws {
+	for _, k := range s.at {
+		w := k.w
 		if w != nil && !s.l.notify.Placed(w) {
 			return false
 		}
@@ -753,7 +808,8 @@ func (s *setAcquisition) attempt(ctx context.Context) (*Lock, acquireRes, error)
 	if s.placed() {
 		mode = setQueues
 	}
-	for _, w := range s.ws {
+	for _, k := range s.at {
+		w := k.w
 		switch {
 		case w == nil:
 		case mode == setQueues:
@@ -785,7 +841,7 @@ func (s *setAcquisition) renewGroups(ctx context.Context) error {
 	for _, grp := range s.groups[:s.g] {
 		due := false
 		for _, i := range grp.idx {
-			due = due || !time.Now().Before(s.basis[i].Add(s.cfg.ttl/2))
+			due = due || !time.Now().Before(s.at[i].basis.Add(s.cfg.ttl/2))
 		}
 		if !due {
 			continue
@@ -795,7 +851,7 @@ func (s *setAcquisition) renewGroups(ctx context.Context) error {
 		switch {
 		case err != nil:
 			deleteIfOwned(ctx, s.lk)
-			clear(s.held)
+			s.dropHeld()
 			if ctx.Err() != nil {
 				return notObtained(ctx, s.name())
 			}
@@ -805,7 +861,7 @@ func (s *setAcquisition) renewGroups(ctx context.Context) error {
 			return nil
 		}
 		for _, i := range grp.idx {
-			s.basis[i] = start
+			s.at[i].basis = start
 		}
 	}
 	return nil
@@ -824,19 +880,19 @@ func (s *setAcquisition) learn(start time.Time) {
 	s.restart = s.restart || res.lapsed
 	for j, mine := range res.mine {
 		i := s.groups[s.g].idx[j]
-		s.taken[i] = res.taken[j]
+		s.at[i].taken = res.taken[j]
 		switch {
-		case mine && s.held[i]:
-			s.basis[i] = start
+		case mine && s.at[i].held:
+			s.at[i].basis = start
 		case mine:
 			// Handed over unheard (or taken by an earlier delivery of
 			// this attempt): its fence is learned by the attempt that
 			// completes the group.
-			if w := s.ws[i]; w != nil {
+			if w := s.at[i].w; w != nil {
 				s.l.notify.Won(w, start.Add(s.cfg.ttl), false)
 			}
-			s.ws[i], s.held[i], s.basis[i], s.fences[i] = nil, true, start, -1
-		case s.held[i]:
+			s.at[i].w, s.at[i].held, s.at[i].basis, s.at[i].fence = nil, true, start, -1
+		case s.at[i].held:
 			s.restart = true
 		}
 	}
@@ -856,16 +912,18 @@ func (s *setAcquisition) startOver(ctx context.Context) {
 
 func (s *setAcquisition) won(lk *Lock, _ acquireRes) {
 	s.done = true
-	for i, w := range s.ws {
+	for i := range s.at {
+		w := s.at[i].w
 		if w != nil {
 			s.l.notify.Won(w, lk.Deadline(), false)
-			s.ws[i] = nil
+			s.at[i].w = nil
 		}
 	}
 }
 
 func (s *setAcquisition) lost(res acquireRes, sent time.Time) {
-	for i, w := range s.ws {
+	for i := range s.at {
+		w := s.at[i].w
 		if w == nil {
 			continue
 		}
@@ -881,23 +939,25 @@ func (s *setAcquisition) failed(res acquireRes) {
 	if !res.cleaned {
 		return
 	}
-	for _, w := range s.ws {
+	for _, k := range s.at {
+		w := k.w
 		if w != nil {
 			s.l.notify.Withdrawn(w)
 		}
 	}
-	clear(s.held)
+	s.dropHeld()
 }
 
 // leave takes the set out of this Locker's queues and, unless it won,
 // withdraws it from Redis: its entries, and the keys it holds.
 func (s *setAcquisition) leave(ctx context.Context) {
-	withdraw := slices.Contains(s.held, true)
-	for i, w := range s.ws {
+	withdraw := s.holdsAny()
+	for i := range s.at {
+		w := s.at[i].w
 		if w != nil && s.l.notify.Leave(w) {
 			withdraw = true
 		}
-		s.ws[i] = nil
+		s.at[i].w = nil
 	}
 	if withdraw && !s.done {
 		deleteIfOwned(ctx, s.lk)
