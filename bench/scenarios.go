@@ -200,7 +200,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 		res.err = err
 		return res
 	}
-	lockers, err := openLockers(ctx, l, d, sc.lockers)
+	lockers, err := openLockers(ctx, l, d, sc)
 	if err != nil {
 		res.err = err
 		return res
@@ -339,27 +339,17 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	return res
 }
 
-// openLockers makes n instances of l and runs one uncontended cycle on
-// each, so that connections are open and scripts loaded before timing.
-func openLockers(ctx context.Context, l lib, d *deployment, n int) ([]locker, error) {
+// openLockers makes sc.lockers instances of l and runs one uncontended
+// cycle on each, of a set in a set scenario, so that connections are open
+// and scripts loaded before timing.
+func openLockers(ctx context.Context, l lib, d *deployment, sc scenario) ([]locker, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var lockers []locker
-	for i := range n {
+	for i := range sc.lockers {
 		lk, err := l.newLocker(d)
-		if sl, ok := lk.(setLocker); ok && err == nil {
-			// A set of two, so that the set's own scripts are loaded.
-			var hs heldSet
-			tag := "{bench:prime:" + strconv.Itoa(i) + "}"
-			if err = sl.obtainSet(ctx, []string{tag + ":a", tag + ":b"}, &hs); err == nil {
-				err = hs.release(ctx)
-			}
-		} else if err == nil {
-			var h held
-			if h, err = lk.obtain(ctx, "bench:prime:"+strconv.Itoa(i)); err == nil {
-				err = h.release(ctx)
-			}
-			if err != nil {
+		if err == nil {
+			if err = prime(ctx, lk, sc, i); err != nil {
 				lk.close()
 			}
 		}
@@ -372,6 +362,25 @@ func openLockers(ctx context.Context, l lib, d *deployment, n int) ([]locker, er
 		lockers = append(lockers, lk)
 	}
 	return lockers, nil
+}
+
+// prime runs one uncontended cycle on instance i, lk: of a set of two
+// keys in a set scenario, so that the set's own scripts are loaded, and
+// otherwise of one key.
+func prime(ctx context.Context, lk locker, sc scenario, i int) error {
+	if sl, ok := lk.(setLocker); ok && sc.sets() {
+		var hs heldSet
+		tag := "{bench:prime:" + strconv.Itoa(i) + "}"
+		if err := sl.obtainSet(ctx, []string{tag + ":a", tag + ":b"}, &hs); err != nil {
+			return err
+		}
+		return hs.release(ctx)
+	}
+	h, err := lk.obtain(ctx, "bench:prime:"+strconv.Itoa(i))
+	if err != nil {
+		return err
+	}
+	return h.release(ctx)
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {

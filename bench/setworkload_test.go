@@ -202,3 +202,40 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// primeRecorder is a setLocker that records how it was primed.
+type primeRecorder struct{ calls []string }
+
+func (p *primeRecorder) obtain(_ context.Context, key string) (held, error) {
+	p.calls = append(p.calls, "obtain "+key)
+	return &fakeHeld{name: key, log: new([]string)}, nil
+}
+
+func (p *primeRecorder) obtainSet(_ context.Context, keys []string, into *heldSet) error {
+	p.calls = append(p.calls, "obtainSet "+strings.Join(keys, " "))
+	into.parts = append(into.parts, &fakeHeld{name: "set", log: new([]string)})
+	return nil
+}
+
+func (p *primeRecorder) close() {}
+
+// TestPrime checks that an instance is primed with a set only in a set
+// scenario: a locksmith row takes sets too, but in the lock scenarios it
+// may run where sets are refused (a quorum).
+func TestPrime(t *testing.T) {
+	for _, c := range []struct {
+		sc   scenario
+		want string
+	}{
+		{sc: scenarios[0], want: "obtain bench:prime:1"},
+		{sc: scenario{id: "set2", set: 2, pool: 2, workers: 1, lockers: 1}, want: "obtainSet {bench:prime:1}:a {bench:prime:1}:b"},
+	} {
+		var p primeRecorder
+		if err := prime(t.Context(), &p, c.sc, 1); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.calls) != 1 || p.calls[0] != c.want {
+			t.Errorf("%s: primed with %q, want %q", c.sc.id, p.calls, c.want)
+		}
+	}
+}
