@@ -449,12 +449,21 @@ type redislockLocker struct {
 	client *redis.Client
 	locker *redislock.Client
 	opts   *redislock.Options // stateless strategy: shared by all calls
+	// retries > 0 gives each call Options of its own, whose strategy is
+	// opts' limited by LimitRetry to that many retries, as redislock's
+	// example makes one per call (a LimitRetry counts the retries of
+	// every call that shares it).
+	retries int
 }
 
 type redislockHeld struct{ lk *redislock.Lock }
 
 func (l *redislockLocker) obtain(ctx context.Context, key string) (held, error) {
-	lk, err := l.locker.Obtain(ctx, key, lockTTL, l.opts)
+	opts := l.opts
+	if l.retries > 0 {
+		opts = &redislock.Options{RetryStrategy: redislock.LimitRetry(l.opts.RetryStrategy, l.retries)}
+	}
+	lk, err := l.locker.Obtain(ctx, key, lockTTL, opts)
 	if errors.Is(err, redislock.ErrNotObtained) || (err != nil && ctx.Err() != nil) {
 		return nil, fmt.Errorf("%w: %w", errNotObtained, err)
 	}

@@ -7,8 +7,9 @@
 // different CPUs, and runs four lock scenarios for every library one after
 // the other, then four semaphore scenarios for locksmith's semaphore and a
 // raw sorted-set baseline, then two read-mostly scenarios for locksmith's
-// read-write lock, its plain lock and a raw polling read-write lock,
-// printing one table per scenario. See README.md here and
+// read-write lock, its plain lock and a raw polling read-write lock, then
+// two scenarios of sets of locks taken at once (ObtainAll, two locks in
+// sorted order, a one-script set), printing one table per scenario. See README.md here and
 // docs/performance.md at the root.
 //
 // Usage, from this directory:
@@ -55,7 +56,7 @@ func run() int {
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary for the private server")
 	flag.BoolVar(&o.pin, "pin", true, "pin the benchmark and redis-server to different CPUs with taskset")
 	flag.StringVar(&o.libs, "libs", "", "comma-separated substrings: run only the libraries whose names contain one (the raw baseline always runs)")
-	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256, sem16n1, sem16n4, sem256n1, sem256n4, rw16, rw256")
+	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256, sem16n1, sem16n4, sem256n1, sem256n4, rw16, rw256, set2, set16")
 	flag.IntVar(&o.pings, "pings", 2000, "PINGs for the loopback RTT")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&o.rounds, "rounds", 1, "split each measurement into this many rounds, the libraries taking turns, so that a noisy neighbour hurts all of them alike")
@@ -98,12 +99,16 @@ func run() int {
 	// quorum and the cluster. Each semaphore scenario has rows of its own,
 	// at its number of permits, and the read-write scenarios theirs, all
 	// on the main server.
-	var libs, rwRows []lib
+	var libs, rwRows, setRows []lib
 	if slices.ContainsFunc(scs, scenario.lock) {
 		libs = selectLibs(libraries(o.rawRetry), o.libs)
 	}
 	if slices.ContainsFunc(scs, scenario.rw) {
 		rwRows = selectLibs(rwLibraries(o.rawRetry), o.libs)
+	}
+	setLibs := func(contended bool) []lib { return selectLibs(setLibraries(o.rawRetry, contended), o.libs) }
+	if slices.ContainsFunc(scs, scenario.sets) {
+		setRows = setLibs(true) // for the header: every row, each describing both of its forms
 	}
 	semLibs := func(permits int) []lib { return selectLibs(semaphoreLibraries(o.rawRetry, permits), o.libs) }
 	var semRows []lib // for the header; their settings do not depend on the permits
@@ -154,13 +159,15 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench: PING:", err)
 		return 2
 	}
-	printHeader(ctx, &o, pin, deps, skipped, rtt, slices.Concat(libs, semRows, rwRows))
+	printHeader(ctx, &o, pin, deps, skipped, rtt, slices.Concat(libs, semRows, rwRows, setRows))
 
 	b := &bench{deployments: deps, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
 	failed := false
 	for _, sc := range scs {
 		rows := libs
 		switch {
+		case sc.sets():
+			rows = setLibs(sc.contended)
 		case sc.semaphore():
 			rows = semLibs(sc.permits)
 		case sc.rw():
@@ -193,6 +200,9 @@ func run() int {
 			}
 		}
 		report(sc, results, rtt).print(os.Stdout)
+		if sc.sets() {
+			ratioTable(fmt.Sprintf("%s: ratios of %s", sc.id, rateName(sc)), results).print(os.Stdout)
+		}
 		for _, r := range results {
 			switch {
 			case r.violations == 0:
@@ -238,7 +248,7 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	for _, note := range skipped {
 		fmt.Printf("  - %s\n", note)
 	}
-	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server; for the semaphore rows, the raw sorted-set semaphore's; for the read-write rows, the raw sorted-set rwlock's); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
+	fmt.Println("- a figure in parentheses is the ratio to the raw baseline's (on the main server; for the semaphore rows, the raw sorted-set semaphore's; for the read-write rows, the raw sorted-set rwlock's; for the set rows, the one-script SET NX set (polling)'s); requests are INFO total_reads_processed, commands INFO commandstats calls (commands inside scripts included), summed over the servers of the quorum and cluster rows; see docs/performance.md")
 }
 
 // moduleVersions lists the versions of the measured modules in this build.

@@ -68,6 +68,8 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 	}
 	t := &table{title: sc.title}
 	switch {
+	case sc.sets():
+		t.header = setColumns(sc)
 	case sc.rw():
 		t.header = rwColumns
 	case sc.semaphore():
@@ -99,6 +101,8 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 				r.lib.name(), fmtDur(r.longestGap), fmtDur(r.elapsed/rounds)))
 		}
 		switch {
+		case sc.sets():
+			t.rows = append(t.rows, setRow(sc, r, base))
 		case sc.rw():
 			t.rows = append(t.rows, rwRow(sc, r, base))
 		case sc.contended:
@@ -109,6 +113,9 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 	}
 	if base == nil {
 		t.notes = append(t.notes, "no raw baseline in this run: ratios omitted")
+	}
+	if sc.sets() {
+		t.notes = append(t.notes, "ratios in parentheses are to the first row, the one-script SET NX set polling at -raw-retry (a reimplementation, for this benchmark, of the approach of redislock's unreleased ObtainMulti, not its code); redislock v0.9.4, its newest release, has no call for several keys")
 	}
 	if sc.semaphore() {
 		t.notes = append(t.notes, "redislock, redsync and rueidislock have no semaphores: they do not run this scenario")
@@ -442,4 +449,99 @@ func byRound(ratios []float64) string {
 		return fmt.Sprintf("%.2fx", med)
 	}
 	return fmt.Sprintf("%.2fx (%.2f-%.2f)", med, rs[0], rs[len(rs)-1])
+}
+
+// fairness returns the fewest acquisitions of any worker over the mean,
+// or -1 when there are none: 1 when every worker took as many, 0 when
+// one starved.
+func fairness(perWorker []int64) float64 {
+	lo, mean, _ := spread(perWorker)
+	if mean <= 0 {
+		return -1
+	}
+	return float64(lo) / mean
+}
+
+// ratioTable returns a table of every result's rate over every other's,
+// the row's over the column's, titled title; a failed or empty result
+// has no ratios.
+func ratioTable(title string, results []*result) *table {
+	t := &table{title: title, header: []string{"row / column"}}
+	for _, r := range results {
+		t.header = append(t.header, r.lib.name())
+	}
+	for _, r := range results {
+		row := []string{r.lib.name()}
+		for _, c := range results {
+			cell := "-"
+			if r.err == nil && c.err == nil && r.rate() > 0 && c.rate() > 0 {
+				cell = fmt.Sprintf("%.2fx", r.rate()/c.rate())
+			}
+			row = append(row, cell)
+		}
+		t.rows = append(t.rows, row)
+	}
+	return t
+}
+
+// setColumns are the columns of a set table: an uncontended one's are
+// those of a cycle, a contended one's those of the workers' waits and
+// shares.
+func setColumns(sc scenario) []string {
+	if !sc.contended {
+		return []string{"library", "cycles/s", "by round vs one-script", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "commands/cycle", "gave up", "errors", "violations"}
+	}
+	return []string{"library", "sets/s", "by round vs one-script", "held of " + strconv.Itoa(sc.pool/sc.set), "wait p50", "wait p99", "wait max",
+		"requests/acq", "commands/acq", "allocs/acq", "fairness min/mean", "acq/worker min/mean/max", "hold / release mean", "gave up", "errors", "violations"}
+}
+
+// setRow is a row of a set table: uncontended, the rate and latency of
+// whole cycles; contended, the sets taken per second, how many were held
+// at once on average (at most the ring's keys over the set's size), how
+// long the obtain calls took, and how evenly the workers shared.
+func setRow(sc scenario, r, base *result) []string {
+	perOp := func(f func(*result) float64) string { return withRatio(fmtFloat(f(r)), f(r), baseOf(base, f)) }
+	allocs := func(r *result) float64 { return r.perOp(float64(r.mallocs)) }
+	row := []string{
+		r.lib.name(),
+		withRatio(fmtInt(r.rate()), r.rate(), baseOf(base, (*result).rate)),
+		byRound(r.roundRatios),
+	}
+	if !sc.contended {
+		return append(row,
+			withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
+			withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
+			fmtDur(maxOf(r.lat)),
+			perOp(allocs), perOp(reads), perOp(calls),
+			strconv.FormatInt(r.gaveUp, 10),
+			strconv.FormatInt(r.errs, 10),
+			strconv.FormatInt(r.violations, 10),
+		)
+	}
+	lo, mean, hi := spread(r.perWorker)
+	fair := "-"
+	if f := fairness(r.perWorker); f >= 0 {
+		fair = fmt.Sprintf("%.2f", f)
+	}
+	return append(row,
+		fmtFloat(r.meanHeld()),
+		withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
+		withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
+		fmtDur(maxOf(r.lat)),
+		perOp(reads), perOp(calls), perOp(allocs),
+		fair,
+		fmt.Sprintf("%d / %.0f / %d", lo, mean, hi),
+		fmt.Sprintf("%s / %s", fmtDur(r.perAcq(r.holdSum)), fmtDur(r.perAcq(r.releaseSum))),
+		strconv.FormatInt(r.gaveUp, 10),
+		strconv.FormatInt(r.errs, 10),
+		strconv.FormatInt(r.violations, 10),
+	)
+}
+
+// rateName names what a scenario's rate counts.
+func rateName(sc scenario) string {
+	if sc.sets() && sc.contended {
+		return "sets/s (row / column)"
+	}
+	return "cycles/s (row / column)"
 }

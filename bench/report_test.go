@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,70 @@ func TestReportBaseline(t *testing.T) {
 			noBase := strings.Contains(strings.Join(tab.notes, "\n"), "no raw baseline")
 			if noBase == c.base {
 				t.Errorf("note of no baseline: %v, want %v (notes %q)", noBase, !c.base, tab.notes)
+			}
+		})
+	}
+}
+
+// TestReportSets checks the set tables: the one-script set is their
+// baseline, an uncontended table has the columns of a cycle, and a
+// contended one the held sets, the fairness and every worker's share.
+func TestReportSets(t *testing.T) {
+	serial := scenario{id: "set2", title: "set2", set: 2, pool: 2, workers: 1, lockers: 1}
+	contended := scenario{id: "set16", title: "set16", contended: true, set: 2, pool: 8, workers: 4, lockers: 2}
+	fake := func(l lib, ops int64, perWorker ...int64) *result {
+		return &result{lib: l, elapsed: time.Second, tally: tally{ops: ops, holdSum: 2 * time.Second}, lat: new(hist), perWorker: perWorker}
+	}
+	for _, c := range []struct {
+		name   string
+		sc     scenario
+		header []string // the first columns
+		row    []string // the first cells of the second row
+		cell   string   // a column of the second row, and its value
+		want   string
+	}{
+		{
+			name:   "uncontended",
+			sc:     serial,
+			header: []string{"library", "cycles/s", "by round vs one-script", "p50"},
+			row:    []string{"locksmith ObtainAll", "200 (2.00x)"},
+			cell:   "violations", want: "0",
+		},
+		{
+			name:   "contended",
+			sc:     contended,
+			header: []string{"library", "sets/s", "by round vs one-script", "held of 4", "wait p50"},
+			row:    []string{"locksmith ObtainAll", "200 (2.00x)", "-", "2.00"},
+			cell:   "fairness min/mean", want: "0.50",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			results := []*result{fake(setScriptBase{}, 100, 25, 25, 25, 25), fake(smithSetLib{}, 200, 25, 75, 50, 50)}
+			tab := report(c.sc, results, 100*time.Microsecond)
+			for i, want := range c.header {
+				if got := tab.header[i]; got != want {
+					t.Errorf("header[%d] = %q, want %q", i, got, want)
+				}
+			}
+			for _, row := range tab.rows {
+				if len(row) != len(tab.header) {
+					t.Fatalf("row %q has %d cells, want %d", row[0], len(row), len(tab.header))
+				}
+			}
+			for i, want := range c.row {
+				if got := tab.rows[1][i]; got != want {
+					t.Errorf("row[1][%d] = %q, want %q", i, got, want)
+				}
+			}
+			i := slices.Index(tab.header, c.cell)
+			if i < 0 {
+				t.Fatalf("no column %q in %q", c.cell, tab.header)
+			}
+			if got := tab.rows[1][i]; got != c.want {
+				t.Errorf("%s = %q, want %q", c.cell, got, c.want)
+			}
+			if strings.Contains(strings.Join(tab.notes, "\n"), "no raw baseline") {
+				t.Errorf("the one-script set is not taken as the baseline (notes %q)", tab.notes)
 			}
 		})
 	}

@@ -22,9 +22,13 @@ type scenario struct {
 	// reads makes a contended scenario one of a read-write lock, run by
 	// the read-write libraries: each acquisition is a read hold with this
 	// probability, otherwise a write hold; 0 for a lock or a semaphore.
-	reads   float64
-	workers int
-	lockers int // instances of the library, each with its own client; workers are dealt round-robin
+	reads float64
+	// set makes a scenario one of sets of locks, run by the set
+	// libraries: each worker takes set keys at once, of a ring of pool
+	// keys in one hash slot (see setKeys); 0 for any other.
+	set, pool int
+	workers   int
+	lockers   int // instances of the library, each with its own client; workers are dealt round-robin
 }
 
 var scenarios = []scenario{
@@ -38,6 +42,8 @@ var scenarios = []scenario{
 	{id: "sem256n4", title: "8. Semaphore of 4 permits: 256 goroutines over 2 instances (128 each) on one semaphore", contended: true, permits: 4, workers: 256, lockers: 2},
 	{id: "rw16", title: "9. Read-write lock, 90% reads: 16 goroutines over 2 instances (8 each) on one lock", contended: true, reads: 0.9, workers: 16, lockers: 2},
 	{id: "rw256", title: "10. Read-write lock, 90% reads: 256 goroutines over 2 instances (128 each) on one lock", contended: true, reads: 0.9, workers: 256, lockers: 2},
+	{id: "set2", title: "11. Sets of 2 keys in one slot, serial, uncontended: obtain both + release, one goroutine", set: 2, pool: 2, workers: 1, lockers: 1},
+	{id: "set16", title: "12. Sets of 2 keys of 8 in one slot: 16 goroutines over 2 instances (8 each), goroutine i takes keys i%8 and (i+1)%8", contended: true, set: 2, pool: 8, workers: 16, lockers: 2},
 }
 
 // limit is how many workers may be inside the critical section at once.
@@ -49,8 +55,11 @@ func (sc scenario) semaphore() bool { return sc.permits > 0 }
 // rw reports whether sc is run by the read-write libraries.
 func (sc scenario) rw() bool { return sc.reads > 0 }
 
+// sets reports whether sc is run by the set libraries.
+func (sc scenario) sets() bool { return sc.set > 0 }
+
 // lock reports whether sc is run by the lock libraries.
-func (sc scenario) lock() bool { return !sc.semaphore() && !sc.rw() }
+func (sc scenario) lock() bool { return !sc.semaphore() && !sc.rw() && !sc.sets() }
 
 // stopGrace bounds how long workers may take to stop once the measured
 // window has ended and their contexts are cancelled.
@@ -191,7 +200,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 		res.err = err
 		return res
 	}
-	lockers, err := openLockers(ctx, l, d, sc.lockers)
+	lockers, err := openLockers(ctx, l, d, sc)
 	if err != nil {
 		res.err = err
 		return res
@@ -219,6 +228,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 		c.releases[i].seq.Store(-1)
 	}
 	g := &rwGate{base: start}
+	sg := newSetGate(sc.pool)
 	var rwLockers []rwLocker
 	if sc.rw() {
 		for _, lk := range lockers {
@@ -228,6 +238,17 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 				return res
 			}
 			rwLockers = append(rwLockers, rl)
+		}
+	}
+	var setLockers []setLocker
+	if sc.sets() {
+		for _, lk := range lockers {
+			sl, ok := lk.(setLocker)
+			if !ok {
+				res.err = fmt.Errorf("%s takes no sets", l.name())
+				return res
+			}
+			setLockers = append(setLockers, sl)
 		}
 	}
 	var timers []*holdTimer
@@ -251,6 +272,14 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 		lk := lockers[i%len(lockers)]
 		st := &stats[i]
 		switch {
+		case sc.sets():
+			sl := setLockers[i%len(setLockers)]
+			keys, slots := setKeys(i, sc.set, sc.pool)
+			var timer *holdTimer
+			if sc.contended {
+				timer = timers[i]
+			}
+			wg.Go(func() { setWorker(obtainCtx, releaseCtx, &w, sg, keys, slots, b.hold, timer, sl, st) })
 		case sc.rw():
 			rl, rng := rwLockers[i%len(rwLockers)], newWorkerRand(i)
 			wg.Go(func() { rwWorker(obtainCtx, releaseCtx, &w, g, sc.reads, b.hold, timers[i], rl, rng, st) })
@@ -292,7 +321,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	res.elapsed = w.end.Sub(from)
 	res.mallocs = m1.Mallocs - m0.Mallocs
 	res.server = after.sub(before)
-	res.violations = c.violations.Load() + g.violations.Load()
+	res.violations = c.violations.Load() + g.violations.Load() + sg.violations.Load()
 	res.peakReaders = g.peakReaders.Load()
 	res.longestGap = g.longestGap(w.end)
 	for i := range stats {
@@ -310,20 +339,17 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	return res
 }
 
-// openLockers makes n instances of l and runs one uncontended cycle on
-// each, so that connections are open and scripts loaded before timing.
-func openLockers(ctx context.Context, l lib, d *deployment, n int) ([]locker, error) {
+// openLockers makes sc.lockers instances of l and runs one uncontended
+// cycle on each, of a set in a set scenario, so that connections are open
+// and scripts loaded before timing.
+func openLockers(ctx context.Context, l lib, d *deployment, sc scenario) ([]locker, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var lockers []locker
-	for i := range n {
+	for i := range sc.lockers {
 		lk, err := l.newLocker(d)
 		if err == nil {
-			var h held
-			if h, err = lk.obtain(ctx, "bench:prime:"+strconv.Itoa(i)); err == nil {
-				err = h.release(ctx)
-			}
-			if err != nil {
+			if err = prime(ctx, lk, sc, i); err != nil {
 				lk.close()
 			}
 		}
@@ -336,6 +362,25 @@ func openLockers(ctx context.Context, l lib, d *deployment, n int) ([]locker, er
 		lockers = append(lockers, lk)
 	}
 	return lockers, nil
+}
+
+// prime runs one uncontended cycle on instance i, lk: of a set of two
+// keys in a set scenario, so that the set's own scripts are loaded, and
+// otherwise of one key.
+func prime(ctx context.Context, lk locker, sc scenario, i int) error {
+	if sl, ok := lk.(setLocker); ok && sc.sets() {
+		var hs heldSet
+		tag := "{bench:prime:" + strconv.Itoa(i) + "}"
+		if err := sl.obtainSet(ctx, []string{tag + ":a", tag + ":b"}, &hs); err != nil {
+			return err
+		}
+		return hs.release(ctx)
+	}
+	h, err := lk.obtain(ctx, "bench:prime:"+strconv.Itoa(i))
+	if err != nil {
+		return err
+	}
+	return h.release(ctx)
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
