@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
 )
@@ -73,6 +76,14 @@ type LockStatus struct {
 	// Token is the holder's token (see Lock.Token), or "" when the lock
 	// is free.
 	Token string
+	// SetSize is the number of keys of the set that the holder holds
+	// this key with (see Locker.ObtainAll): n for a set of n keys, every
+	// one of which holds the same Token. It is 0 when the lock is free,
+	// held alone (Obtain, an ObtainAll of one key, an election's term),
+	// or held with a token of a form ObtainAll does not write. It is read
+	// from Token, which names the size of its set: the set's other keys
+	// are not read, and may be gone already if the set is being lost.
+	SetSize int
 	// TTL is the lock's remaining time to live, as the server counts it,
 	// or 0 when the lock is free. It is negative when the key has no
 	// expiry, which only happens when something outside this package set
@@ -94,11 +105,12 @@ type LockStatus struct {
 }
 
 // Inspect reads the state of the lock on key, for status pages and
-// operators: whether it is held, by which token and for how long, the last
-// fencing token issued for it, the completion record Once keeps for it,
-// and how many waiters are queued for it. It changes nothing, and holds
-// no lock: the state may change as soon as it is read. The options are
-// checked as for Obtain, but only the prefix matters.
+// operators: whether it is held, by which token and for how long, whether
+// its holder holds it as part of a set (ObtainAll) and of how many keys,
+// the last fencing token issued for it, the completion record Once keeps
+// for it, and how many waiters are queued for it. It changes nothing, and
+// holds no lock: the state may change as soon as it is read. The options
+// are checked as for Obtain, but only the prefix matters.
 //
 // Inspect reads the four keys in one step, so they are consistent with
 // each other, in one round trip (two when the server first answers
@@ -121,7 +133,7 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 	}
 	s := LockStatus{Queued: int(raw.queued)}
 	if raw.held {
-		s.Held, s.Token, s.TTL = true, raw.token, raw.ttl
+		s.Held, s.Token, s.TTL, s.SetSize = true, raw.token, raw.ttl, setSize(raw.token)
 	}
 	if raw.hasFence {
 		s.Fence, err = strconv.ParseInt(raw.fence, 10, 64)
@@ -137,6 +149,27 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 		s.Done = &c
 	}
 	return s, nil
+}
+
+// setSize returns the number of keys of the set whose token is token, as
+// setToken (multi.go) writes it: a UUID in its canonical form, a slash
+// and n, a number of two or more written without a sign or leading
+// zeros. It returns 0 for a token of any other form: a single lock's (a
+// UUID alone), an election term's (a UUID, a space and a value that may
+// hold slashes), or one written by someone else.
+func setSize(token string) int {
+	id, count, ok := strings.Cut(token, "/")
+	if !ok {
+		return 0
+	}
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return 0 // uuid.Parse also takes forms that setToken never writes
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 2 || strconv.Itoa(n) != count {
+		return 0
+	}
+	return n
 }
 
 // decodeCompletion decodes a completion record as Once writes it.

@@ -42,3 +42,40 @@ func ExampleLocker_Inspect() {
 	// while it runs: held true, fenced true, completed false
 	// after: held false, fenced true, completed true
 }
+
+// A status page tells which accounts a transfer holds: each key of a set
+// says that it is held as part of a set, and of how many keys, and holds
+// the set's one token.
+func ExampleLocker_Inspect_set() {
+	client, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locker := locksmith.New(client)
+	defer locker.Close()
+
+	lk, err := locker.ObtainAll(ctx, []string{"{bank}:account:alice", "{bank}:account:bob"})
+	if err != nil {
+		fmt.Println("obtain:", err)
+		return
+	}
+	for _, key := range []string{"{bank}:account:alice", "{bank}:account:bob", "{bank}:account:carol"} {
+		st, err := locker.Inspect(ctx, key)
+		switch {
+		case err != nil:
+			fmt.Println("inspect:", err)
+		case st.SetSize > 0:
+			fmt.Printf("%s: held as part of a set of %d keys, by the transfer %v\n", key, st.SetSize, st.Token == lk.Token())
+		case st.Held:
+			fmt.Printf("%s: held alone\n", key)
+		default:
+			fmt.Printf("%s: free\n", key)
+		}
+	}
+	if err := lk.Release(ctx); err != nil {
+		fmt.Println("release:", err)
+	}
+	// Output:
+	// {bank}:account:alice: held as part of a set of 2 keys, by the transfer true
+	// {bank}:account:bob: held as part of a set of 2 keys, by the transfer true
+	// {bank}:account:carol: free
+}

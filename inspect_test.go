@@ -107,6 +107,75 @@ func TestInspect(t *testing.T) {
 	})
 }
 
+// TestInspectSet checks that Inspect of any key of a set tells that its
+// holder holds it as part of a set, and of how many keys, and that no
+// other holder's token is taken for a set's.
+func TestInspectSet(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		raw := b.client(t)
+		cnt := &counter{}
+		l := newLocker(t, b.client(t, cnt), locksmith.WithPrefix("jobs:"))
+		inspect := func(key string) locksmith.LockStatus {
+			t.Helper()
+			st, err := l.Inspect(ctx, key)
+			require.NoError(t, err)
+			return st
+		}
+
+		tag := "{" + uniqueKey(t) + "}"
+		inspect(tag) // loads the script
+		keys := []string{tag + ":c", tag + ":a", tag + ":b"}
+		set, err := l.ObtainAll(ctx, keys, locksmith.WithTTL(time.Minute))
+		require.NoError(t, err)
+		for _, key := range keys {
+			cnt.reset()
+			st := inspect(key)
+			require.Equal(t, []string{"evalsha"}, cnt.names, "key %q: one round trip", key)
+			require.True(t, st.Held, "key %q", key)
+			require.Equal(t, set.Token(), st.Token, "key %q", key)
+			require.Equal(t, 3, st.SetSize, "key %q", key)
+		}
+		require.NoError(t, set.Release(ctx))
+		for _, key := range keys {
+			require.Equal(t, locksmith.LockStatus{}, inspect(key), "key %q after the release", key)
+		}
+
+		// A duplicate key counts once, as ObtainAll holds it once.
+		set, err = l.ObtainAll(ctx, []string{tag + ":a", tag + ":b", tag + ":a"})
+		require.NoError(t, err)
+		require.Equal(t, 2, inspect(tag+":b").SetSize)
+		require.NoError(t, set.Release(ctx))
+
+		// Not sets: a single lock, a set of one key (which is Obtain), an
+		// election's term whose value looks like a set's size, and tokens
+		// written by hand.
+		single, err := l.Obtain(ctx, tag+":a")
+		require.NoError(t, err)
+		one, err := l.ObtainAll(ctx, []string{tag + ":b"})
+		require.NoError(t, err)
+		for _, key := range []string{tag + ":a", tag + ":b"} {
+			st := inspect(key)
+			require.True(t, st.Held, "key %q", key)
+			require.Zero(t, st.SetSize, "key %q, token %q", key, st.Token)
+		}
+		require.NoError(t, single.Release(ctx))
+		require.NoError(t, one.Release(ctx))
+		term, err := l.Election(tag+":e").Campaign(ctx, "db1/2")
+		require.NoError(t, err)
+		st := inspect(tag + ":e")
+		require.Equal(t, term.Token(), st.Token)
+		require.Zero(t, st.SetSize, "a term's token %q", st.Token)
+		require.NoError(t, term.Resign(ctx))
+		for _, token := range []string{"x/abc", "by-hand/2", set.Token() + "/2"} {
+			require.NoError(t, raw.Set(ctx, "jobs:"+tag+":h", token, time.Minute).Err())
+			st = inspect(tag + ":h")
+			require.True(t, st.Held)
+			require.Zero(t, st.SetSize, "token %q", token)
+		}
+	})
+}
+
 // TestInspectCompanionKeys checks that Inspect reads the fence counter and
 // the completion record where Obtain and Once keep them, for keys with and
 // without a hash tag.

@@ -143,7 +143,8 @@ be combined with --once.
 --key given more than once takes a set of locks: every KEY at once, or
 none (if any is held elsewhere, run exits 75 and takes none; --wait waits
 for the whole set). One token holds every KEY, so status shows the same
-token mark on each. COMMAND gets the keys, sorted and separated by spaces,
+token mark on each, and says that the KEY is held as part of a set of N
+keys; ls shows the set's mark beside each of its keys. COMMAND gets the keys, sorted and separated by spaces,
 in LOCKSMITH_KEYS and LOCKSMITH_KEY (a key of a set cannot contain white
 space); with --fencing, LOCKSMITH_FENCE is the highest of the keys'
 fencing tokens and LOCKSMITH_FENCES holds each key's own, as KEY=FENCE
@@ -351,7 +352,10 @@ or, after a run --once --fencing under KEY has succeeded,
    "fence":1796005500123456,"done":{"completed_at":"2026-11-30T02:25:03Z","by":"db1:4242","token":"3c..."}}
 (on one line). token and ttl_ms are absent when the lock is free, and
 ttl_ms is -1 for a key that has no expiry (one not set by locksmith);
-fence, done and queued are absent when there are none.
+fence, done and queued are absent when there are none. For a key held as
+part of a set (run --key A --key B), the text says "is held by token
+#3889cee5b4 as part of a set of 2 keys", and --json has "set_size":2;
+every key of the set shows the same token mark.
 
 --watch follows KEY until SIGINT, SIGTERM, SIGHUP or SIGQUIT, and then
 exits 0: it prints
@@ -401,7 +405,10 @@ RWMutex), how many hold it, the leader's value for an election, the time
 left of the hold that expires first, the last fencing token, and the
 waiters: queued for a lock or an election, listening for a semaphore's
 releases ("?" when the Redis user may not count them), writers waiting
-for a read-write lock. ls never prints a token.
+for a read-write lock. ls never prints a token. A key held as part of a
+set (run --key A --key B) shows, as its HOLDER, the mark of the set's
+token and the number of keys in the set: "#3889cee5b4 (set of 2)" on
+each of its keys.
 
 ls finds the keys with SCAN MATCH PREFIX* (on every master of a Redis
 Cluster), at most 100 calls of COUNT 1000 per server, skips the keys
@@ -421,7 +428,9 @@ something that locksmith did not write there.
    {"key":"scheduler","redis_key":"locksmith:scheduler","kind":"election","holder":"db1:4242",
     "holders":1,"ttl_ms":9650,"fence":1796005500123456}],"complete":true}
 (on one line). holder, mode, fence and waiters are absent when they do
-not apply or are none; ttl_ms is -1 for a lock key without expiry.
+not apply or are none; ttl_ms is -1 for a lock key without expiry. A key
+held as part of a set also has "set_size" and "token_mark", the same on
+every key of the set.
 
 Flags:
 

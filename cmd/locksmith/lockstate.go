@@ -26,6 +26,11 @@ type lockState struct {
 	Token string `json:"token,omitempty"`
 	// Mark is tokenMark of Token; absent when the lock is free.
 	Mark string `json:"token_mark,omitempty"`
+	// SetSize is the number of keys of the set the holder holds the key
+	// with (run --key A --key B; see LockStatus.SetSize): every key of
+	// the set has the same Mark. Absent for a lock held alone, or free.
+	// release does not read it.
+	SetSize int `json:"set_size,omitempty"`
 	// TTLMillis is the remaining time to live in milliseconds, or -1 when
 	// the key has no expiry (it was not set by locksmith). Absent when the
 	// lock is free.
@@ -64,6 +69,7 @@ func newLockState(prefix, key string, s locksmith.LockStatus) lockState {
 	st := lockState{Key: key, RedisKey: prefix + key, Fence: s.Fence, Queued: s.Queued}
 	if s.Held {
 		st.setHeld(s.Token, s.TTL)
+		st.SetSize = s.SetSize
 	}
 	if d := s.Done; d != nil {
 		st.Done = &doneState{CompletedAt: d.At, By: d.By, Token: d.Token, Mark: tokenMark(d.Token)}
@@ -154,7 +160,7 @@ func (st lockState) name() string {
 func (st lockState) describe(now time.Time) string {
 	lines := []string{st.name() + " is free"}
 	if st.Held {
-		lines[0] = fmt.Sprintf("%s is held by %s, %s", st.name(), tokenText(st.Token, st.Mark), st.remaining())
+		lines[0] = fmt.Sprintf("%s is held by %s%s, %s", st.name(), tokenText(st.Token, st.Mark), setText(st.SetSize), st.remaining())
 	}
 	switch st.Queued {
 	case 0:
@@ -195,6 +201,15 @@ func (st lockState) withoutTokens() keyState {
 func (st lockState) at(t time.Time) keyState {
 	st.Time = &t
 	return st
+}
+
+// setText says, after the holder's token, that it holds the key as part
+// of a set of n keys; it is empty for a key held alone (n is 0).
+func setText(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" as part of a set of %d keys", n)
 }
 
 // remaining describes the remaining TTL of a held lock.

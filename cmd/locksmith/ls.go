@@ -61,7 +61,8 @@ type lsEntry struct {
 	// Kind is lock, election, semaphore or rwlock.
 	Kind string `json:"kind"`
 	// Holder is the value of an election's leader; absent for the other
-	// kinds, whose holders are known only by their tokens.
+	// kinds, whose holders are known only by their tokens (and a set's
+	// by Mark).
 	Holder string `json:"holder,omitempty"`
 	// Holders counts the holds: 1 for a lock or an election, the permits
 	// of a semaphore, the readers (or the writer) of a read-write lock.
@@ -77,6 +78,12 @@ type lsEntry struct {
 	// Waiters counts the waiters: queued for a lock, an election or a
 	// semaphore's permit, writers waiting for a read-write lock.
 	Waiters int `json:"waiters,omitempty"`
+	// SetSize is the number of keys of the set whose holder holds this
+	// key as part of it (run --key A --key B), and Mark the mark of the
+	// set's token (see tokenMark): the keys with the same Mark are one
+	// set. Both are absent for a key not held as part of a set.
+	SetSize int    `json:"set_size,omitempty"`
+	Mark    string `json:"token_mark,omitempty"`
 }
 
 // lsJSON is what ls --json prints.
@@ -235,6 +242,9 @@ func lsRead(ctx context.Context, locker *locksmith.Locker, prefix, key string) (
 			return lsEntry{}, false, nil
 		}
 		e.Kind, e.Holders, e.TTLMillis, e.Fence, e.Waiters = "lock", 1, *st.TTLMillis, st.Fence, st.Queued
+		if st.SetSize > 0 {
+			e.SetSize, e.Mark = st.SetSize, st.Mark
+		}
 		// A candidate's token is a UUID, a space and its value (see
 		// Locker.Election): the lock is an election's.
 		if strings.Contains(st.Token, " ") {
@@ -278,8 +288,11 @@ func (u *ui) printLocks(locks []lsEntry) {
 			holders += " " + e.Mode
 		}
 		holder, ttl, fence, waiters := "-", "none", "-", strconv.Itoa(e.Waiters)
-		if e.Holder != "" {
+		switch {
+		case e.Holder != "":
 			holder = strconv.Quote(e.Holder)
+		case e.SetSize > 0:
+			holder = fmt.Sprintf("#%s (set of %d)", e.Mark, e.SetSize)
 		}
 		if e.TTLMillis >= 0 {
 			ttl = (time.Duration(e.TTLMillis) * time.Millisecond).String()

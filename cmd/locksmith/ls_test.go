@@ -30,6 +30,8 @@ type lsOutput struct {
 		TTLMillis int64  `json:"ttl_ms"`
 		Fence     int64  `json:"fence"`
 		Waiters   int    `json:"waiters"`
+		SetSize   int    `json:"set_size"`
+		Mark      string `json:"token_mark"`
 	} `json:"locks"`
 	Complete bool `json:"complete"`
 }

@@ -5,6 +5,8 @@ package main_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	library "github.com/locksmith-go/locksmith"
 	"github.com/locksmith-go/locksmith/internal/keyslot"
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
@@ -59,6 +62,118 @@ func TestRunSetHeld(t *testing.T) {
 	p.expect(t, 0)
 	if n := client.Exists(t.Context(), "locksmith:"+a, "locksmith:"+b).Val(); n != 0 {
 		t.Errorf("%d keys of the set are still there after locksmith exited", n)
+	}
+}
+
+// While run --key holds a set of three keys, status on any of them says
+// that it is held as part of a set of 3 keys, by the set's mark, and ls
+// marks the three with that mark, among a lock held alone, an election
+// and a lock whose token only looks like a set's, which show no set.
+func TestStatusAndLsShowSet(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	ctx := t.Context()
+	prefix := fmt.Sprintf("settest%d:", time.Now().UnixNano())
+	locker := library.New(client, library.WithPrefix(prefix), library.WithTTL(time.Minute))
+	t.Cleanup(func() { _ = locker.Close() })
+	alone, err := locker.Obtain(ctx, "b-alone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = alone.Release(ctx) })
+	term, err := locker.Election("e-election").Campaign(ctx, "db1/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = term.Resign(ctx) })
+	if err := client.Set(ctx, prefix+"f-by-hand", "x/3", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	notSets := []string{"b-alone", "e-election", "f-by-hand"}
+
+	set, dir := []string{"a-set", "c-set", "d-set"}, t.TempDir()
+	p := start(t, nil, append([]string{"run", "--redis", url, "--prefix", prefix,
+		"--key", set[2], "--key", set[0], "--key", set[1], "--ttl", "30s", "--"},
+		script(dir, `echo "$LOCKSMITH_TOKEN" > "$1/token"; while [ ! -e "$1/proceed" ]; do sleep 0.05; done`)...)...)
+	eventually(t, 20*time.Second, func() bool { return strings.HasSuffix(readFile(t, dir+"/token"), "\n") },
+		"the command did not start")
+	token := strings.TrimSpace(readFile(t, dir+"/token"))
+
+	status := func(key string, flags ...string) string {
+		t.Helper()
+		args := append([]string{"status", "--redis", url, "--prefix", prefix, "--key", key}, flags...)
+		code, stdout, stderr := locksmith(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+		return stdout
+	}
+	statusJSON := func(key string) statusJSON {
+		t.Helper()
+		out := status(key, "--json")
+		var st statusJSON
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json --key %s printed %q: %v", key, out, err)
+		}
+		return st
+	}
+	for _, key := range set {
+		if st := statusJSON(key); !st.Held || st.Token != "" || st.Mark != mark(token) || st.SetSize != 3 {
+			t.Errorf("status --json --key %s: %+v, want held by the set's mark %s, no token, set_size 3", key, st, mark(token))
+		}
+		want := "is held by token #" + mark(token) + " as part of a set of 3 keys, "
+		if out := status(key); !strings.Contains(out, want) || strings.Contains(out, token) {
+			t.Errorf("status --key %s printed %q, want %q and no token", key, out, want)
+		}
+		want = "is held by token " + strconv.Quote(token) + " as part of a set of 3 keys, "
+		if out := status(key, "--show-token"); !strings.Contains(out, want) {
+			t.Errorf("status --show-token --key %s printed %q, want %q", key, out, want)
+		}
+	}
+	for _, key := range notSets {
+		if st := statusJSON(key); !st.Held || st.SetSize != 0 {
+			t.Errorf("status --json --key %s: %+v, want held, and no set_size", key, st)
+		}
+		if out := status(key); strings.Contains(out, "part of a set") {
+			t.Errorf("status --key %s printed %q, want no set", key, out)
+		}
+	}
+
+	out, all := lsJSON(t, url, "--prefix", prefix)
+	if len(out.Locks) != 6 {
+		t.Fatalf("ls --json listed %+v, want the 6 keys", out.Locks)
+	}
+	for _, l := range out.Locks {
+		want, wantMark := 0, ""
+		if slices.Contains(set, l.Key) {
+			want, wantMark = 3, mark(token)
+		}
+		if l.SetSize != want || l.Mark != wantMark {
+			t.Errorf("ls --json: %s has set_size %d, token_mark %q; want %d, %q", l.Key, l.SetSize, l.Mark, want, wantMark)
+		}
+	}
+	code, table, stderr := locksmith(t, nil, "ls", "--redis", url, "--prefix", prefix)
+	rows := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	if code != 0 || len(rows) != 7 {
+		t.Fatalf("ls: exit %d, stderr %q, stdout\n%s\nwant 0, a header and 6 rows", code, stderr, table)
+	}
+	for _, row := range rows[1:] {
+		key, _, _ := strings.Cut(row, " ")
+		if inSet := strings.Contains(row, "#"+mark(token)+" (set of 3)"); inSet != slices.Contains(set, key) || (!inSet && strings.Contains(row, "set of")) {
+			t.Errorf("ls: row %q; want the set's mark on the rows of %q only", row, set)
+		}
+	}
+	if all += table; strings.Contains(all, token) {
+		t.Errorf("ls printed the set's token %q:\n%s", token, all)
+	}
+
+	touch(t, dir+"/proceed")
+	p.expect(t, 0)
+	if st := statusJSON(set[0]); st.Held || st.SetSize != 0 || st.Mark != "" {
+		t.Errorf("status --json --key %s after the run: %+v, want free and no set", set[0], st)
+	}
+	if out, _ := lsJSON(t, url, "--prefix", prefix); len(out.Locks) != len(notSets) {
+		t.Errorf("ls --json after the run listed %+v, want only %q", out.Locks, notSets)
 	}
 }
 

@@ -21,6 +21,7 @@ type statusJSON struct {
 	Held      bool   `json:"held"`
 	Token     string `json:"token"`      // with --show-token only
 	Mark      string `json:"token_mark"` // mark(Token)
+	SetSize   int    `json:"set_size"`
 	TTLMillis *int64 `json:"ttl_ms"`
 	Fence     int64  `json:"fence"`
 	Queued    int    `json:"queued"`
