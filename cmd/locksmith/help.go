@@ -337,20 +337,20 @@ For a semaphore (run --limit) it shows each permit held, with its token
 and time left, and how many processes listen for its releases (waiting
 for a permit); --json then prints
   {"key":"payments","redis_key":"locksmith:payments","kind":"semaphore",
-   "holders":[{"token":"9f...","ttl_ms":27514}],"listening":1}
+   "holders":[{"token_mark":"9f0c2a1b3d","ttl_ms":27514}],"listening":1}
 and for a read-write lock (the library's RWMutex) its readers, writer and
 waiting writers:
   {"key":"cache","redis_key":"locksmith:cache","kind":"rwlock",
-   "readers":[{"token":"9f...","ttl_ms":27514}],"waiting_writers":1}
+   "readers":[{"token_mark":"9f0c2a1b3d","ttl_ms":27514}],"waiting_writers":1}
 It exits 0 whether the lock is free or held, and 69 if Redis cannot be
 read or holds something at these keys that locksmith did not write.
 
 --json prints one object, such as
-  {"key":"backup","redis_key":"locksmith:backup","held":true,"token":"9f...","ttl_ms":27514,"queued":1}
+  {"key":"backup","redis_key":"locksmith:backup","held":true,"token_mark":"9f0c2a1b3d","ttl_ms":27514,"queued":1}
 or, after a run --once --fencing under KEY has succeeded,
   {"key":"report:2026-11-30","redis_key":"locksmith:report:2026-11-30","held":false,
-   "fence":1796005500123456,"done":{"completed_at":"2026-11-30T02:25:03Z","by":"db1:4242","token":"3c..."}}
-(on one line). token and ttl_ms are absent when the lock is free, and
+   "fence":1796005500123456,"done":{"completed_at":"2026-11-30T02:25:03Z","by":"db1:4242","token_mark":"3c5e0f9a21"}}
+(on one line). token_mark and ttl_ms are absent when the lock is free, and
 ttl_ms is -1 for a key that has no expiry (one not set by locksmith);
 fence, done and queued are absent when there are none. For a key held as
 part of a set (run --key A --key B), the text says "is held by token
@@ -362,7 +362,7 @@ exits 0: it prints
 the state, then a line each time it changes (holder, waiters, fence,
 record; not the time left, which every renewal changes), starting with
 the time:
-  2026-12-02T14:30:05.120Z lock "backup" (Redis key "locksmith:backup") is held by token "9f...", 29.9s left
+  2026-12-02T14:30:05.120Z lock "backup" (Redis key "locksmith:backup") is held by token #9f0c2a1b3d, 29.9s left
   2026-12-02T14:31:12.004Z lock "backup" (Redis key "locksmith:backup") is free
 With --json each line is the object above with a time field first. It
 reads KEY every --interval and, for a lock or a read-write lock, also as
