@@ -628,7 +628,6 @@ func TestObtainAllCluster(t *testing.T) {
 	require.NoError(t, lk.Refresh(ctx, time.Minute))
 	require.NoError(t, lk.Release(ctx))
 	requireAbsent(t, cc, keys...)
-
 }
 
 // TestObtainAllSentinel: a set through a Sentinel failover client.

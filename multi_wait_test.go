@@ -3,7 +3,6 @@ package locksmith_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,36 +48,12 @@ type setWaitFixture struct {
 	single     chan setOutcome
 	cancelSet  context.CancelFunc
 	inspecting *locksmith.Locker
-	events     *recordedEvents
+	events     *recorder
 }
 
 type setOutcome struct {
 	lk  *locksmith.Lock
 	err error
-}
-
-// recordedEvents is an observer that keeps the events it is told of.
-type recordedEvents struct {
-	mu     sync.Mutex
-	events []locksmith.Event
-}
-
-func (r *recordedEvents) Observe(e locksmith.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recordedEvents) obtains() []locksmith.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []locksmith.Event
-	for _, e := range r.events {
-		if e.Kind == locksmith.EventObtain {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 func newSetWaitFixture(t *testing.T, fencing bool, setOpts ...locksmith.Option) *setWaitFixture {
@@ -90,7 +65,7 @@ func newSetWaitFixture(t *testing.T, fencing bool, setOpts ...locksmith.Option) 
 		opts = append(opts, locksmith.WithFencing())
 	}
 	f := &setWaitFixture{keys: keySet(t, 2), set: make(chan setOutcome, 1), single: make(chan setOutcome, 1),
-		events: &recordedEvents{}}
+		events: &recorder{}}
 	holders := newLocker(t, newClient(t, srv.Options(), nil), opts...)
 	holderA, err := holders.Obtain(ctx, f.keys[0])
 	require.NoError(t, err)
@@ -159,13 +134,14 @@ func TestObtainAllHandedOver(t *testing.T) {
 				require.Equal(t, st.Fence, set.lk.FenceOf(f.keys[0]), "the fence the handoff took")
 			}
 			// Events reach the observer from a goroutine of the Locker's.
-			eventually(t, 5*time.Second, func() bool { return len(f.events.obtains()) > 0 }, "the set's EventObtain")
-			evs := f.events.obtains()
-			require.Len(t, evs, 1)
-			require.Equal(t, f.keys, evs[0].Keys)
-			require.True(t, evs[0].HandedOver, "the set's last key was handed over")
+			ev := f.events.waitFor(t, "the set's EventObtain", func(e locksmith.Event) bool { return e.Kind == locksmith.EventObtain })
+			require.Equal(t, f.keys, ev.Keys)
+			require.True(t, ev.HandedOver, "the set's last key was handed over")
 
 			require.NoError(t, set.lk.Release(ctx))
+			rel := f.events.waitFor(t, "the set's EventRelease", func(e locksmith.Event) bool { return e.Kind == locksmith.EventRelease })
+			require.Equal(t, f.keys, rel.Keys)
+			require.NoError(t, rel.Err)
 			select {
 			case got := <-f.single:
 				require.NoError(t, got.err)
