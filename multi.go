@@ -88,7 +88,14 @@ import (
 //   - A quorum (NewQuorum): the set would have to be taken atomically on a
 //     majority of independent servers, and a partial win on each would
 //     have to be undone; not supported.
-//   - WithReplicas, and a Locker with WithRestartGuard: not supported yet.
+//   - WithReplicas: not supported yet (a set's keys would each need the
+//     replicas' acknowledgement, and a set handed over key by key has no
+//     one moment at which to wait for it).
+//
+// With WithRestartGuard, a set is refused on a master out of service as a
+// lock is (an error matching ErrNotObtained and ErrRestarted, or a wait
+// until the master counts again); on Redis Cluster each slot group is
+// checked on its own master.
 //
 // A set of one key is exactly Obtain on that key. The Locker's observer
 // reports a set's events with its keys (Event.Keys), and its tracer with
@@ -232,8 +239,6 @@ func (l *Locker) setConfig(set []string, opts []Option) (config, error) {
 		return config{}, fmt.Errorf("%w: ObtainAll of several keys is not supported on a quorum", ErrInvalidArgument)
 	case cfg.replicas > 0:
 		return config{}, fmt.Errorf("%w: WithReplicas is not supported by ObtainAll of several keys yet", ErrInvalidArgument)
-	case cfg.restartGuard:
-		return config{}, fmt.Errorf("%w: ObtainAll of several keys is not supported with the restart guard yet", ErrInvalidArgument)
 	}
 	return cfg, nil
 }
@@ -557,7 +562,11 @@ func (s *setAcquisition) name() string          { return s.set.keys[0] }
 func (s *setAcquisition) wake() <-chan struct{} { return s.wakeCh }
 
 func (s *setAcquisition) refused(acquireRes) error {
-	return heldElsewhere(s.set.keys[s.lastHeld])
+	key := s.set.keys[s.lastHeld]
+	if out := s.last.outOfService; out != nil {
+		return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, out)
+	}
+	return heldElsewhere(key)
 }
 
 // send makes one attempt on group g, sent at start, using the queues as

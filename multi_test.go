@@ -126,7 +126,6 @@ func TestObtainAllInvalid(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	l := newLocker(t, c)
 	q := newQuorumLocker(t, []redis.UniversalClient{c, c, c})
-	guarded := newLocker(t, c, locksmith.WithRestartGuard())
 	fn := func(context.Context) error { return nil }
 	cases := []struct {
 		name string
@@ -139,7 +138,6 @@ func TestObtainAllInvalid(t *testing.T) {
 		{"replicas", l, []string{"a", "b"}, []locksmith.Option{locksmith.WithReplicas(1, time.Second)}},
 		{"bad option", l, []string{"a", "b"}, []locksmith.Option{locksmith.WithTTL(0)}},
 		{"quorum", q, []string{"a", "b"}, nil},
-		{"restart guard", guarded, []string{"a", "b"}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

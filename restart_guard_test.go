@@ -221,6 +221,26 @@ func TestRestartSeenThroughPooledConnection(t *testing.T) {
 	t.Logf("sent %v", sent)
 	require.Contains(t, sent, "info", "the new connection read the uptime")
 	require.Zero(t, srv.Client(t).Exists(ctx, key).Val(), "the refused attempt left its key behind")
+
+	// The same for a set of locks, on a pool warm again: the attempt that
+	// ran on the restarted server is refused once its reply is in, and
+	// its keys are withdrawn.
+	eventually(t, 10*time.Second, func() bool {
+		lk, err := l.ObtainAll(ctx, keySet(t, 2))
+		if err != nil {
+			requireOut(t, err, []string{srv.Addr}, nil)
+			return false
+		}
+		return lk.Release(ctx) == nil
+	}, "the guard kept the server out")
+	require.Positive(t, c.PoolStats().IdleConns, "the pool is warm")
+	require.NoError(t, srv.Restart())
+	cnt.reset()
+	keys := keySet(t, 2)
+	_, err = l.ObtainAll(ctx, keys)
+	requireOut(t, err, []string{srv.Addr}, nil)
+	require.Contains(t, cnt.all(), "info", "the new connection read the uptime")
+	requireAbsent(t, srv.Client(t), keys...)
 }
 
 // TestQuorumLeaseSurvivesARestartedMaster: a master that restarts while a
@@ -464,4 +484,54 @@ func TestRestartGuardWithoutInfo(t *testing.T) {
 		require.ErrorContains(t, err, fmt.Sprintf("master %s does not count until its uptime is read", srv.Addr))
 		require.True(t, strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "no permission"), err.Error())
 	}
+}
+
+// TestRestartGuardSets: the guard keeps a set of locks out of a restarted
+// server as it keeps a lock out: ObtainAll is refused while the server
+// does not count, and a waiting ObtainAll gets the set only after the
+// Deadline of the set held before the restart.
+func TestRestartGuardSets(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := t.Context()
+	opts := []locksmith.Option{locksmith.WithRestartGuard(), locksmith.WithTTL(guardTTL), locksmith.WithRenewInterval(50 * time.Millisecond)}
+	l := newLocker(t, srv.Client(t), opts...)
+	keys := keySet(t, 2)
+
+	_, err := l.ObtainAll(ctx, keys)
+	requireOut(t, err, []string{srv.Addr}, nil)
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lk, err := l.ObtainAll(waitCtx, keys, locksmith.WithRetry(locksmith.LinearBackoff(20*time.Millisecond)))
+	require.NoError(t, err, "the guard kept the server out for over 10s")
+	lctx := lk.Lease(ctx)
+
+	require.NoError(t, srv.Restart())
+	restarted := time.Now()
+	other := newLocker(t, srv.Client(t), opts...)
+	_, err = other.ObtainAll(ctx, keys)
+	requireOut(t, err, []string{srv.Addr}, nil)
+
+	type outcome struct {
+		lk  *locksmith.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		lk, err := other.ObtainAll(ctx, keys, locksmith.WithRetry(locksmith.LinearBackoff(10*time.Millisecond)))
+		got <- outcome{lk, err, time.Now()}
+	}()
+	<-lctx.Done()
+	require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
+	last := lk.Deadline()
+	var res outcome
+	select {
+	case res = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting set was not let in")
+	}
+	require.NoError(t, res.err)
+	require.True(t, res.at.After(last), "second holder at %v, the first held until %v",
+		res.at.Sub(restarted), last.Sub(restarted))
+	require.NoError(t, res.lk.Release(ctx))
 }

@@ -72,8 +72,44 @@ type setReq struct {
 
 // acquireSet runs one attempt to take every lock of set, as req says. An
 // error may have landed: part of the set may hold the token, and the
-// caller may be queued.
+// caller may be queued. With the restart guard, a master out of service
+// refuses the attempt, as a key held for as long as it stays out
+// (outOfService says why): before it is sent, or, when the restart is
+// seen during the call, after it, the set's keys and entries on that
+// master withdrawn then.
 func (s redisStore) acquireSet(ctx context.Context, set *lockSet, req setReq) (setRes, error) {
+	if s.guard == nil {
+		return s.acquireSetUnguarded(ctx, set, req)
+	}
+	key := set.lockKeys[0].(string)
+	u, out, err := s.guard.before(ctx, s, key)
+	switch {
+	case err != nil:
+		return setRes{}, err
+	case out != nil:
+		return setRefusal(out), nil
+	}
+	res, err := s.acquireSetUnguarded(ctx, set, req)
+	if out := s.guard.after(u); out != nil {
+		if err == nil && res.ok || err != nil && mayHaveLanded(err) {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxCleanupWait)
+			ms, _ := req.ttlMS.(int64)
+			_, _ = lockSetStore{s: s, set: set}.withdraw(cctx, lockRef{token: req.token}, ms)
+			cancel()
+		}
+		return setRefusal(out), nil
+	}
+	return res, err
+}
+
+// setRefusal is the outcome of an attempt on a set refused for e.
+func setRefusal(e *RestartError) setRes {
+	r := e.refusal()
+	return setRes{holderTTL: r.holderTTL, outOfService: e}
+}
+
+// acquireSetUnguarded is acquireSet without the restart guard.
+func (s redisStore) acquireSetUnguarded(ctx context.Context, set *lockSet, req setReq) (setRes, error) {
 	n := len(set.lockKeys)
 	queued := req.mode != setUnqueued
 	args := make([]any, 3, 3+3*n+8)
@@ -156,6 +192,9 @@ type setRes struct {
 	taken     []bool
 	arrival   int64
 	lapsed    bool
+	// outOfService is set when the restart guard refused the attempt
+	// (see acquireSet).
+	outOfService *RestartError
 }
 
 // eachGroup runs f on the store of each slot group of the set in turn,
