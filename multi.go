@@ -357,19 +357,29 @@ func (l *Locker) acquireSet(ctx context.Context, keys []string, cfg *config) (*L
 //
 // Why two sets cannot deadlock: a set holds a key only once a release has
 // handed it over, and a release hands a key to the earliest entry of its
-// queue. Entries are ordered by arrival, and all the entries of a set have
-// the same arrival, so two sets are in the same order in every queue they
-// share. If set A holds a key that set B waits for, A was ahead of B in
-// that queue, or B arrived after the handoff: either way A arrived before
-// B. So along a chain of sets each waiting for a key held by the next,
-// arrivals decrease, and the chain cannot close into a cycle; the set that
-// arrived first among those that wait is handed every key it waits for as
-// its holders release them, and single-key holders never wait while they
+// queue. Entries are ordered by arrival, then by entry (a set's entry is
+// the same string in each of its queues), and all the entries of a set
+// have the same arrival, so two sets are in the same order in every queue
+// they share. If set A holds a key that set B waits for, A was ahead of B
+// in that queue at the handoff, or B started queueing after it; a set
+// that starts queueing for a key held by a set that was handed it takes
+// an arrival later than that set's (the release keeps the arrival of the
+// set it hands a key to in the queue, for this), so either way A comes
+// before B. Arrivals to the millisecond alone would not do: two sets that
+// arrive in one millisecond, or across a step back of the server's clock,
+// could otherwise each come first in the queue of a key the other holds
+// (this deadlocked TestSetsMakeProgress on a loaded machine). So along a
+// chain of sets each waiting for a key held by the next, the order goes
+// one way, and the chain cannot close into a cycle; the set that comes
+// first among those that wait is handed every key it waits for as its
+// holders release them, and single-key holders never wait while they
 // hold. A set whose entry lapsed (it did not renew it for
 // notify.QueueEntryLife) or whose handed key expired and was taken would
 // break that order: its attempt finds it out, and it withdraws (handing
 // on what it holds) and starts over with a new token and a new arrival.
-// All on one server (or one Cluster slot), whose clock orders arrivals.
+// An attempt resent after a lost reply finds the set's entries already
+// queued and keeps their arrival. All on one server (or one Cluster
+// slot).
 //
 // A set's attempts are made by the set as the head of its Locker's queue
 // of any of its keys would make them (announcements, retry slots, the

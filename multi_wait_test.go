@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/locksmith-go/locksmith"
@@ -236,6 +237,86 @@ func TestObtainAllStartsOver(t *testing.T) {
 	for _, k := range f.keys {
 		st, err := f.inspecting.Inspect(ctx, k)
 		require.NoError(t, err)
+		require.Zero(t, st.Queued, "%q", k)
+	}
+}
+
+// TestSetQueuedBehindWaitingSet: a set that starts queueing for a key held
+// by another set, handed it while that set waits for a key they both
+// need, comes after that set in the queue of that key too, whatever the
+// server's clock says; so the key goes to the set that holds the other,
+// and both get their keys. Here the first set's arrival is moved a minute
+// ahead in its queues before it is handed the key, as a server clock that
+// then stepped back a minute would leave it; the same order must hold
+// for two sets that arrive within one millisecond, which is how two sets
+// deadlocked in TestSetsMakeProgress when arrivals were milliseconds alone.
+func TestSetQueuedBehindWaitingSet(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	c := newClient(t, srv.Options(), nil)
+	keys := keySet(t, 2)
+	holders := newLocker(t, newClient(t, srv.Options(), nil))
+	holdA, err := holders.Obtain(ctx, keys[0])
+	require.NoError(t, err)
+	holdB, err := holders.Obtain(ctx, keys[1])
+	require.NoError(t, err)
+
+	wait := locksmith.WithRetry(locksmith.LinearBackoff(time.Minute))
+	obtainAll := func(out chan<- setOutcome) {
+		l := newLocker(t, newClient(t, srv.Options(), nil))
+		go func() {
+			lk, err := l.ObtainAll(ctx, keys, wait)
+			out <- setOutcome{lk, err}
+		}()
+	}
+	first, second := make(chan setOutcome, 1), make(chan setOutcome, 1)
+	obtainAll(first)
+	waitSetQueued(t, holders, keys[0], 1)
+	waitSetQueued(t, holders, keys[1], 1)
+	ahead := map[string]float64{}
+	for _, k := range keys {
+		q := plainNames(k).Queue
+		zs, err := c.ZRangeWithScores(ctx, q, 0, -1).Result()
+		require.NoError(t, err)
+		for _, z := range zs {
+			if m := z.Member.(string); strings.HasPrefix(m, "a:") {
+				ahead[k] = z.Score + float64(time.Minute.Milliseconds())
+				require.NoError(t, c.ZAddXX(ctx, q, redis.Z{Score: ahead[k], Member: m}).Err())
+			}
+		}
+	}
+	require.Len(t, ahead, 2, "the first set's entries")
+	require.NoError(t, holdA.Release(ctx))
+	firstToken := waitHeldBySet(t, holders, keys[0])
+
+	obtainAll(second)
+	waitSetQueued(t, holders, keys[1], 2)
+	zs, err := c.ZRangeWithScores(ctx, plainNames(keys[1]).Queue, 0, -1).Result()
+	require.NoError(t, err)
+	for _, z := range zs {
+		if m := z.Member.(string); strings.HasPrefix(m, "a:") && !strings.HasSuffix(m, firstToken) {
+			require.Greater(t, z.Score, ahead[keys[1]], "the second set's arrival in the queue of %q", keys[1])
+		}
+	}
+
+	require.NoError(t, holdB.Release(ctx))
+	for i, ch := range []chan setOutcome{first, second} {
+		select {
+		case got := <-ch:
+			require.NoError(t, got.err)
+			if i == 0 {
+				require.Equal(t, firstToken, got.lk.Token())
+			}
+			requireHeldBy(t, c, got.lk.Token(), keys...)
+			require.NoError(t, got.lk.Release(ctx))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("set %d did not get its keys: the sets deadlocked", i+1)
+		}
+	}
+	for _, k := range keys {
+		st, err := holders.Inspect(ctx, k)
+		require.NoError(t, err)
+		require.False(t, st.Held, "%q", k)
 		require.Zero(t, st.Queued, "%q", k)
 	}
 }

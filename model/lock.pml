@@ -3,7 +3,7 @@
 /* mirrors: scripts/lock_confirm.lua e0f9796e6fa2fc1486f92bc728212b2fe01c2169 */
 /* mirrors: scripts/lock_try.lua 45de2791c3d5702fa84517e8844ce26a74bcd922 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
-/* mirrors: scripts/lib_queue.lua aba88f21cb60fe7cd6c3fd633be906dce95a99e0 */
+/* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */
 /* check: safety */
 /* check: safety -DTRYONCE */
@@ -71,7 +71,7 @@
  *
  * -DTRYONCE: client 1 makes an unfenced try-once call instead
  * (NoRetry: lock_try.lua, tryOnce), and its release, without the fence
- * key, drops the fenced entries (lib_queue.lua 22). Before the fix of
+ * key, drops the fenced entries (lib_queue.lua 34). Before the fix of
  * internal/notify found here (BUG_WAKE_USED_BY_INFLIGHT), free_taken
  * failed there: the announcement of that plain release, heard while the
  * head's attempt sent before it was on its way, was used up by that
@@ -489,7 +489,7 @@ inline handoff() {
 inline handoffb() {
 #ifdef TRYONCE
   /* an unfenced release (no KEYS[3]): pop_entry drops the entries that ask
-     for a fence (lib_queue.lua 22), every entry here */
+     for a fence (lib_queue.lua 34), every entry here */
   if
   :: !FENCED(i) ->
      do
@@ -499,7 +499,7 @@ inline handoffb() {
   :: else -> skip
   fi;
 #endif
-  /* lib_queue.lua 11-13: drop the lapsed entries */
+  /* lib_queue.lua 20-25: drop the lapsed entries (and the record of a set it handed the key to, which this model has none of) */
 #ifndef BUG_NO_DROP_LAPSED
   j = 0;
   do

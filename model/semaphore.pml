@@ -2,7 +2,7 @@
 /* mirrors: scripts/permit_release.lua c9f63d757b7c360165afe6eff797df8d9ac306b3 */
 /* mirrors: scripts/permit_confirm.lua 0754a8d17e30993bb1871e0e5c3200eb0438920c */
 /* mirrors: scripts/hold_refresh.lua 0e9d500a17874f9a01302babfcea27df7f694123 */
-/* mirrors: scripts/lib_queue.lua aba88f21cb60fe7cd6c3fd633be906dce95a99e0 */
+/* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */
 /* mirrors: scripts/lib_hold.lua dcc83461b5fbcf9e71ce362340c0b5718a1d743d */
 /* check: safety -DFAULTS=2 */

@@ -32,19 +32,24 @@
 -- queues, {i, -2 - pttl, arrival, held, lapsed, holder}: the keys that
 -- hold the caller's token keep it, with their TTL set again, and with
 -- ARGV[5] '2' the caller's entry is added (or renewed, keeping its place)
--- in the queue of every other key, each scored with the caller's arrival
--- (ARGV[8], or the server's time now on the first such attempt), which
--- the reply returns; held is a string of n characters, '1' where the key
+-- in the queue of every other key, each scored with the caller's arrival,
+-- which the reply returns: ARGV[8]; or, on the first such attempt, the
+-- arrival of the caller's entries already queued when that attempt is a
+-- resend, else the server's time now, made later than the arrival of
+-- any set holding a key the caller waits for (the queue's record of
+-- it, see pop_entry in lib_queue.lua); held is a string of n characters, '1' where the key
 -- holds the caller's token, '2' where another, '0' where it is free;
 -- holder is key i's holder's token. lapsed is
--- 1 when the caller had arrived (ARGV[8] is not '0') but one of its
+-- 1 when the caller had arrived (an arrival as above) but one of its
 -- entries has lapsed or is gone from the queue of a key it does not hold:
 -- its place is lost there (it waited too long without renewing, or a key
 -- handed to it expired), so the caller must withdraw and start over;
 -- nothing is written then. So every entry of a set has the same arrival
 -- in every queue, which orders two sets the same way in every queue they
--- share: a release hands a key to the earlier set first, and the later
--- set cannot hold a key the earlier one waits for (see multi.go).
+-- share (by arrival, then by entry): a release hands a key to the earlier
+-- set first, and a set that queues for a key held by a waiting set
+-- arrives after it, so the later set never holds a key the earlier one
+-- waits for (see multi.go).
 --
 -- Redis does not undo a script that fails halfway, so everything that
 -- can be refused by reading (TIME, every lock key, every counter, every
@@ -111,6 +116,20 @@ if not queued then
 end
 
 local arrival = tonumber(ARGV[8])
+if arrival == 0 then
+  -- An entry already there means that this is a resend of the set's first
+  -- queued attempt (its reply was lost): it keeps the arrival it took
+  -- then, and is checked like any later attempt.
+  for i = 1, n do
+    if not mine[i] then
+      local a = redis.call('zscore', KEYS[n + i], 'a:' .. entry)
+      if a then
+        arrival = tonumber(a)
+        break
+      end
+    end
+  end
+end
 local lapsed = 0
 local held = {}
 for i = 1, n do
@@ -132,7 +151,23 @@ if lapsed == 1 then
   return {other, pttl, arrival, held, 1, holders[other]}
 end
 if arrival == 0 and mode == '2' then
+  -- The first queued attempt: the server's time now, but later than the
+  -- arrival of any set that holds one of the keys the caller waits for,
+  -- handed over while it waits for others (pop_entry in lib_queue.lua
+  -- keeps it). Two sets cannot then take each other's keys: one
+  -- that the other must wait for is always the earlier, even when both
+  -- arrive within one millisecond or the server's clock steps back.
   arrival = now
+  for i = 1, n do
+    if holders[i] and not mine[i] then
+      for _, h in ipairs(redis.call('zrangebyscore', KEYS[n + i], 0, 0)) do
+        local a = tonumber(string.sub(h, 3))
+        if a and a >= arrival then
+          arrival = a + 1
+        end
+      end
+    end
+  end
 end
 for i = 1, n do
   if mine[i] then

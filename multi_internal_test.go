@@ -1,0 +1,88 @@
+package locksmith
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+// TestSetResendKeepsArrival: the first queued attempt of a set, sent again
+// after its reply was lost (as a client resends a command on a new
+// connection), finds the set's entries already queued and keeps their
+// arrival rather than taking the server's time again; and when one of
+// those entries is gone by then (a key handed to the set expired and was
+// taken), it is a lapsed attempt that writes nothing, so the set starts
+// over: a set never has entries of two arrivals, which could order two
+// sets differently in two queues and deadlock them.
+func TestSetResendKeepsArrival(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	c := redis.NewClient(srv.Options())
+	t.Cleanup(func() { c.Close() })
+	l := New(c)
+	t.Cleanup(func() { l.Close() })
+	tag := uuid.NewString()
+	keys := []string{"{" + tag + "}:a", "{" + tag + "}:b"}
+	cfg := l.cfg
+	set := newLockSet(keys, &cfg)
+	for _, k := range set.lockKeys {
+		if err := c.Set(ctx, k.(string), "another", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := setToken(len(keys))
+	req := setReq{token: token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS, mode: setQueues,
+		entry: queueEntry(cfg.ttlMS.(int64), false, token)}
+	arrivals := func() []float64 {
+		t.Helper()
+		var got []float64
+		for _, q := range set.queues {
+			s, err := c.ZScore(ctx, q.(string), "a:"+req.entry).Result()
+			if err == redis.Nil {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, s)
+		}
+		return got
+	}
+
+	first, err := l.extras.acquireSet(ctx, set, req)
+	if err != nil || first.ok || first.lapsed || first.arrival == 0 {
+		t.Fatalf("first queued attempt: %+v, %v; want refused, queued with an arrival", first, err)
+	}
+	// The server's clock moves past the first arrival.
+	for {
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.UnixMilli() > first.arrival {
+			break
+		}
+	}
+	resent, err := l.extras.acquireSet(ctx, set, req)
+	if err != nil || resent.lapsed || resent.arrival != first.arrival {
+		t.Fatalf("resent: %+v, %v; want the arrival %d kept", resent, err, first.arrival)
+	}
+	if got := arrivals(); len(got) != 2 || got[0] != float64(first.arrival) || got[1] != float64(first.arrival) {
+		t.Fatalf("arrivals in the queues %v, want %d in both", got, first.arrival)
+	}
+
+	if err := c.ZRem(ctx, set.queues[1].(string), "a:"+req.entry, "l:"+req.entry).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := l.extras.acquireSet(ctx, set, req)
+	if err != nil || !gone.lapsed {
+		t.Fatalf("resent with an entry gone: %+v, %v; want lapsed", gone, err)
+	}
+	if got := arrivals(); len(got) != 1 {
+		t.Fatalf("arrivals in the queues %v: a lapsed attempt queued the set again", got)
+	}
+}
