@@ -5,6 +5,7 @@ package faults_test
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,9 @@ type tracker struct {
 	rec   faults.Recorder
 	clock faults.Clock
 	name  string
+	// unfenced: the holder's calls are made without WithFencing (see
+	// faults.Op.Unfenced); its name must then change from call to call.
+	unfenced bool
 }
 
 // obtain calls Obtain and records it; on success it returns the holding,
@@ -44,6 +48,33 @@ func (tr *tracker) acquire(ctx context.Context, s *locksmith.Semaphore, opts ...
 	lk, err := s.Acquire(ctx, opts...)
 	ret := time.Now()
 	return tr.obtained(s.Key(), s.Limit(), call, ret, lk, err), err
+}
+
+// obtainAll calls ObtainAll on keys, of two or more, and records it: one
+// op per key of the set (see faults.Op.Set). On success it returns the
+// holding of the set, whose window starts now.
+func (tr *tracker) obtainAll(ctx context.Context, l *locksmith.Locker, keys []string, opts ...locksmith.Option) (*setHolding, error) {
+	call := time.Now()
+	lk, err := l.ObtainAll(ctx, keys, opts...)
+	ret := time.Now()
+	return tr.obtainedSet(keys, call, ret, lk, err), err
+}
+
+// obtainedSet records an ObtainAll call on keys made from call to ret
+// that returned lk and err, one op per key of the set, and returns the
+// holding of the set when it succeeded.
+func (tr *tracker) obtainedSet(keys []string, call, ret time.Time, lk *locksmith.Lock, err error) *setHolding {
+	set := slices.Compact(slices.Sorted(slices.Values(keys)))
+	sh := &setHolding{lk: lk}
+	for _, k := range set {
+		if h := tr.recordObtain(faults.Op{Key: k, Set: set}, call, ret, lk, err); h != nil {
+			sh.parts = append(sh.parts, h)
+		}
+	}
+	if err != nil {
+		return nil
+	}
+	return sh
 }
 
 // obtainRW calls m.ObtainRead, or m.ObtainWrite when access is
@@ -72,16 +103,17 @@ func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *lock
 // name, made from call to ret, that returned lk and err, and returns the
 // holding when it succeeded.
 func (tr *tracker) recordObtain(op faults.Op, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
-	op.Kind, op.Holder, op.Outcome = faults.KindObtain, tr.name, outcome(err)
+	op.Kind, op.Holder, op.Outcome, op.Unfenced = faults.KindObtain, tr.name, outcome(err), tr.unfenced
 	op.Call, op.Return = tr.clock.At(call), tr.clock.At(ret)
 	if err != nil {
 		op.Detail = err.Error()
 		tr.rec.Record(op)
 		return nil
 	}
-	op.Fence = lk.Fence()
+	h := &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, set: op.Set, lk: lk, call: call, obtained: ret}
+	op.Fence = h.fence()
 	tr.rec.Record(op)
-	return &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, lk: lk, call: call, obtained: ret}
+	return h
 }
 
 // release calls Release (Resign for a term), records it, and ends the
@@ -101,7 +133,7 @@ func (tr *tracker) release(ctx context.Context, h *holding) error {
 
 // recordRelease records a release of h from call to ret that returned err.
 func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
-	op := faults.Op{Kind: faults.KindRelease, Key: h.key, Holder: tr.name, Fence: h.lk.Fence(),
+	op := faults.Op{Kind: faults.KindRelease, Key: h.key, Set: h.set, Unfenced: tr.unfenced, Holder: tr.name, Fence: h.fence(),
 		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
 	if err != nil {
 		op.Detail = err.Error()
@@ -115,8 +147,9 @@ func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
 type holding struct {
 	tr             *tracker
 	key            string
-	limit          int    // 0 for a lock; the semaphore's limit for a permit
-	access         string // a read-write lock's hold: faults.AccessRead or AccessWrite
+	limit          int      // 0 for a lock; the semaphore's limit for a permit
+	access         string   // a read-write lock's hold: faults.AccessRead or AccessWrite
+	set            []string // the keys of the set this is a key of (ObtainAll), or nil
 	lk             *locksmith.Lock
 	term           *locksmith.Term // a leader's term, whose Lock is lk; nil for the others
 	call, obtained time.Time
@@ -189,20 +222,82 @@ func (h *holding) end(stop time.Time, why string) {
 	if d := h.lk.Deadline(); d.Before(end) {
 		end, why = d, "deadline"
 	}
-	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Access: h.access, Holder: h.tr.name, Fence: h.lk.Fence(),
+	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Access: h.access, Set: h.set, Unfenced: h.tr.unfenced,
+		Holder: h.tr.name, Fence: h.fence(),
 		ObtainCall: h.tr.clock.At(h.call), Call: h.tr.clock.At(h.obtained), Return: h.tr.clock.At(end), Outcome: why})
+}
+
+// fence returns the holding's fencing token: for a key of a set, that
+// key's own.
+func (h *holding) fence() int64 {
+	if h.set != nil {
+		return h.lk.FenceOf(h.key)
+	}
+	return h.lk.Fence()
 }
 
 // write writes to the store's record of the holding's key, with its
 // fence, as a lock's holder does.
 func (h *holding) write(w writer) (bool, error) {
-	return w.WriteRecord(h.key, "", h.tr.name, h.lk.Fence())
+	return w.WriteRecord(h.key, "", h.tr.name, h.fence())
 }
 
 // writeRecord writes to record with the holding's fence, as the holder of
 // a semaphore's permit does to the job it claimed.
 func (h *holding) writeRecord(w writer, record string) (bool, error) {
-	return w.WriteRecord(record, h.key, h.tr.name, h.lk.Fence())
+	return w.WriteRecord(record, h.key, h.tr.name, h.fence())
+}
+
+// A setHolding is one acquisition of a set of locks (ObtainAll): the
+// holding of each of its keys, which share the set's Lock and window.
+type setHolding struct {
+	lk    *locksmith.Lock
+	parts []*holding // one per key, in the set's order
+}
+
+// lease starts the set's lease on ctx, and notes when its context ends.
+func (sh *setHolding) lease(ctx context.Context) context.Context {
+	lctx := sh.lk.Lease(ctx)
+	sh.watch(lctx)
+	return lctx
+}
+
+// watch notes when the set's lease context lctx ends.
+func (sh *setHolding) watch(lctx context.Context) {
+	for _, h := range sh.parts {
+		h.watch(lctx)
+	}
+}
+
+// write writes to the store's record of each key of the set, with that
+// key's fence, and reports whether the store accepted every write.
+func (sh *setHolding) write(w writer) bool {
+	all := true
+	for _, h := range sh.parts {
+		ok, err := h.write(w)
+		all = all && ok && err == nil
+	}
+	return all
+}
+
+// end records the set's window on each of its keys (see holding.end).
+func (sh *setHolding) end(stop time.Time, why string) {
+	for _, h := range sh.parts {
+		h.end(stop, why)
+	}
+}
+
+// releaseSet calls the set's Release, records it for each key, and ends
+// the set's window.
+func (tr *tracker) releaseSet(ctx context.Context, sh *setHolding) error {
+	call := time.Now()
+	err := sh.lk.Release(ctx)
+	ret := time.Now()
+	sh.end(call, "released")
+	for _, h := range sh.parts {
+		tr.recordRelease(h, call, ret, err)
+	}
+	return err
 }
 
 // workerConfig describes one soak worker.
