@@ -255,6 +255,15 @@ type setHolding struct {
 	parts []*holding // one per key, in the set's order
 }
 
+// alone returns h as a set of its one key, for code that holds sets and
+// single keys alike, or nil when h is nil.
+func (h *holding) alone() *setHolding {
+	if h == nil {
+		return nil
+	}
+	return &setHolding{lk: h.lk, parts: []*holding{h}}
+}
+
 // lease starts the set's lease on ctx, and notes when its context ends.
 func (sh *setHolding) lease(ctx context.Context) context.Context {
 	lctx := sh.lk.Lease(ctx)
@@ -288,7 +297,7 @@ func (sh *setHolding) end(stop time.Time, why string) {
 }
 
 // releaseSet calls the set's Release, records it for each key, and ends
-// the set's window.
+// the set's window: tracker.release, for a set (or a lock, alone).
 func (tr *tracker) releaseSet(ctx context.Context, sh *setHolding) error {
 	call := time.Now()
 	err := sh.lk.Release(ctx)
