@@ -332,6 +332,11 @@ type workerConfig struct {
 	// of the key as under a lock, and otherwise a read hold, under which
 	// it writes nothing.
 	RW bool `json:"rw,omitempty"`
+	// Sets makes the worker take, half of the time, a set of two or more
+	// of Keys at once (ObtainAll, or WithLocks a third of those times),
+	// and write under it to the record of each key of the set with that
+	// key's fence; the other half, one key, as a lock's worker does.
+	Sets bool `json:"sets,omitempty"`
 	// Elect makes Keys[0] the name of an election: the worker campaigns
 	// in it, through Campaign or Run, leads for a few steps of work, each
 	// a write to the record of the election's name with the term's
@@ -352,7 +357,7 @@ func workerClient(cfg workerConfig) *redis.Client {
 }
 
 // runWorker takes locks on cfg's keys (or permits of its semaphores, or
-// holds of its read-write locks),
+// holds of its read-write locks, or sets of its keys),
 // writes under the locks to w, and releases them, at random, until ctx
 // ends, recording everything to rec. It returns the number of
 // acquisitions.
@@ -377,6 +382,12 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 	acquired := 0
 	for ctx.Err() == nil {
 		key := cfg.Keys[rnd.IntN(len(cfg.Keys))]
+		var set []string // a set's keys, for ObtainAll
+		if cfg.Sets && len(cfg.Keys) > 1 && rnd.IntN(2) == 0 {
+			for _, i := range rnd.Perm(len(cfg.Keys))[:2+rnd.IntN(len(cfg.Keys)-1)] {
+				set = append(set, cfg.Keys[i])
+			}
+		}
 		ttl := ttls[rnd.IntN(len(ttls))]
 		steps := 1 + rnd.IntN(6)
 		access := ""
@@ -386,7 +397,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				access = faults.AccessWrite
 			}
 		}
-		work := func(h *holding, lctx context.Context) {
+		work := func(sh *setHolding, lctx context.Context) {
 			for range steps {
 				if rnd.Float64() < cfg.PauseChance {
 					// A pause: the work stops looking at its lease for
@@ -399,7 +410,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 					return
 				}
 				if cfg.Limit == 0 && access != faults.AccessRead {
-					_, _ = h.write(w)
+					sh.write(w)
 				}
 				if !sleep(between(5*time.Millisecond, 50*time.Millisecond)) {
 					return
@@ -407,15 +418,20 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			}
 		}
 		if rnd.IntN(3) == 0 {
-			// Through WithLock, or WithPermit, which lease and release by
-			// themselves.
+			// Through WithLock, WithPermit or WithLocks, which lease and
+			// release by themselves.
 			call := time.Now()
-			var h *holding
+			var sh *setHolding
 			var stop time.Time
 			fn := func(lctx context.Context) error {
-				h = tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), locksmith.LockFromContext(lctx), nil)
-				h.watch(lctx)
-				work(h, lctx)
+				lk := locksmith.LockFromContext(lctx)
+				if set != nil {
+					sh = tr.obtainedSet(set, call, time.Now(), lk, nil)
+				} else {
+					sh = tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), lk, nil).alone()
+				}
+				sh.watch(lctx)
+				work(sh, lctx)
 				stop = time.Now()
 				return nil
 			}
@@ -423,6 +439,8 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50))}
 			var err error
 			switch {
+			case set != nil:
+				err = l.WithLocks(ctx, set, fn, opts...)
 			case access == faults.AccessRead:
 				err = l.RWMutex(key).WithReadLock(ctx, fn, opts...)
 			case access == faults.AccessWrite:
@@ -432,20 +450,28 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			default:
 				err = l.WithLock(ctx, key, fn, opts...)
 			}
-			if h == nil {
-				tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), nil, err)
-			} else {
+			switch {
+			case sh != nil:
 				acquired++
-				h.end(stop, "released")
-				tr.recordRelease(h, stop, time.Now(), err)
+				sh.end(stop, "released")
+				for _, h := range sh.parts {
+					tr.recordRelease(h, stop, time.Now(), err)
+				}
+			case set != nil:
+				tr.obtainedSet(set, call, time.Now(), nil, err)
+			default:
+				tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), nil, err)
 			}
 		} else {
 			octx, cancel := context.WithTimeout(ctx, 2*ttl)
 			opts := []locksmith.Option{locksmith.WithTTL(ttl),
 				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond)))}
 			var h *holding
+			var sh *setHolding
 			var err error
 			switch {
+			case set != nil:
+				sh, err = tr.obtainAll(octx, l, set, opts...)
 			case access != "":
 				h, err = tr.obtainRW(octx, l.RWMutex(key), access, opts...)
 			case cfg.Limit > 0:
@@ -455,10 +481,13 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			}
 			cancel()
 			if err == nil {
+				if sh == nil {
+					sh = h.alone()
+				}
 				acquired++
-				work(h, h.lease(ctx))
+				work(sh, sh.lease(ctx))
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_ = tr.release(rctx, h)
+				_ = tr.releaseSet(rctx, sh)
 				cancel()
 			}
 		}
