@@ -44,19 +44,21 @@ import (
 //     or a single key's, fences in order on each key, and every write
 //     under a window accepted.
 //
-// The faults: "delay" holds every reply back past the validity of the
-// TTL, so a set handed its last key hears of it too late (ErrLockLost,
-// and the withdrawal of what it holds); "blackhole+reset" stops the
-// network for longer than the TTL, so the keys handed to a waiting set
-// expire unrenewed, then drops every request and reply held back, with
-// the connections; "reset-after-request" lets a request of a waiting set
+// The calls behind the proxy give up after 0.3-2s, often while the fault
+// is on. The faults: "delay" holds every reply back past the validity of
+// the TTL, so a set handed its last key hears of it too late
+// (ErrLockLost, and the withdrawal of what it holds); "blackhole" stops
+// the network for longer than the TTL, so the keys handed to a waiting
+// set expire unrenewed, and then delivers all it held back, late, the
+// requests of calls that gave up meanwhile included; "blackhole+reset"
+// drops all that instead, with the connections; "reset-after-request" lets a request of a waiting set
 // run on the server and drops its reply with the connection, again and
 // again, whatever request it is (an attempt, a renewal, a release, a
 // withdrawal).
 func TestSetsUnderNetworkFaults(t *testing.T) {
 	srv := redistest.New(t)
 	for _, fenced := range []bool{true, false} {
-		for _, kind := range []string{"delay", "blackhole+reset", "reset-after-request"} {
+		for _, kind := range []string{"delay", "blackhole", "blackhole+reset", "reset-after-request"} {
 			name := fmt.Sprintf("%s/fenced=%v", kind, fenced)
 			t.Run(name, func(t *testing.T) {
 				setsUnderFault(t, srv, kind, fenced, strings.NewReplacer("/", "-", "=", "-", "+", "-").Replace(name))
@@ -222,10 +224,16 @@ func setsUnderFault(t *testing.T, srv *redistest.Server, kind string, fenced boo
 			time.Sleep(1500 * time.Millisecond)
 			p.SetDelay(faults.ToClient, 0)
 		}
+	case "blackhole":
+		p.Blackhole(true)
+		endFault = func() {
+			time.Sleep(ttl + 300*time.Millisecond) // a partition longer than the TTL
+			p.Blackhole(false)
+		}
 	case "blackhole+reset":
 		p.Blackhole(true)
 		endFault = func() {
-			time.Sleep(ttl + 300*time.Millisecond) // the keys handed to a waiting set expire
+			time.Sleep(ttl + 300*time.Millisecond) // a partition longer than the TTL
 			p.Reset()                              // what was held back is lost
 			p.Blackhole(false)
 		}
@@ -378,7 +386,13 @@ func runSetCall(ctx context.Context, tr *tracker, w setWorker, i int, raw *redis
 		case <-time.After(time.Duration(5+rnd.IntN(30)) * time.Millisecond):
 		}
 	}
-	octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// The calls behind the proxy give up at random, often while the
+	// fault is on.
+	giveUp := 2 * time.Second
+	if w.through {
+		giveUp = time.Duration(300+rnd.IntN(1700)) * time.Millisecond
+	}
+	octx, cancel := context.WithTimeout(ctx, giveUp)
 	defer cancel()
 	if len(w.keys) > 1 && w.name == "V1" && i%2 == 1 {
 		// Through WithLocks, which leases and releases by itself.
