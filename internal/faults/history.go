@@ -22,7 +22,8 @@ type Kind string
 // The kinds of Op.
 const (
 	// KindObtain is one Obtain call, or one Acquire call of a semaphore
-	// (with its Limit); Fence is set when it succeeded.
+	// (with its Limit), or one ObtainAll call of a set of locks (one op
+	// per key, see Op.Set); Fence is set when it succeeded.
 	KindObtain Kind = "obtain"
 	// KindRelease is one Release call, with the fence of what it gave
 	// back.
@@ -86,6 +87,21 @@ type Op struct {
 	// window of its key, read or write, while read windows may overlap
 	// each other, any number of them.
 	Access string `json:"access,omitempty"`
+	// Set is, on the obtains, holds and releases of a set of locks
+	// (Locker.ObtainAll of several keys), the keys of the whole set,
+	// sorted. A set is recorded as one op of each kind per key, with the
+	// same times and outcome: Key is the key, and Fence its own fencing
+	// token (Lock.FenceOf), so that the set's window on each key is
+	// checked against every other window of that key, a single key's or
+	// another set's, and its fences in that key's order. Empty for
+	// everything else.
+	Set []string `json:"set,omitempty"`
+	// Unfenced marks the obtains, holds and releases of a call made
+	// without WithFencing: Fence is 0, which the fence order and the
+	// model's fences do not apply to; its windows are checked as the
+	// others. Its holder's name must tell its calls apart (it is how a
+	// release finds its window), and it writes nothing to the store.
+	Unfenced bool `json:"unfenced,omitempty"`
 	// LosesData marks a fault during which the server may have forgotten
 	// its keys (a restart without persistence): holding windows that
 	// overlap across it are reported as excused, not as violations.
@@ -141,9 +157,10 @@ func (h *History) Check() *Report { return CheckOps(h.Ops()) }
 // A Report is what CheckOps found in a history.
 type Report struct {
 	Ops          int // operations, windows and faults recorded
-	Obtains      int // Obtain and Acquire calls
-	Acquisitions int // successful Obtain and Acquire calls
-	Releases     int // Release calls
+	Obtains      int // Obtain, Acquire and ObtainAll calls (a set's once)
+	Acquisitions int // successful Obtain, Acquire and ObtainAll calls (a set's once)
+	Sets         int // successful ObtainAll calls of several keys
+	Releases     int // Release calls (a set's once)
 	Writes       int // writes to the fenced store
 	Accepted     int // writes the store accepted
 	Rejected     int // writes the store rejected
@@ -228,7 +245,7 @@ func (r *Report) Summary() string {
 	sort.Strings(rwKeys)
 	lines := [][2]string{
 		{"operations recorded", fmt.Sprint(r.Ops)},
-		{"obtain calls", fmt.Sprintf("%d (%d acquisitions)", r.Obtains, r.Acquisitions)},
+		{"obtain calls", fmt.Sprintf("%d (%d acquisitions, %d of them sets)", r.Obtains, r.Acquisitions, r.Sets)},
 		{"release calls", fmt.Sprint(r.Releases)},
 		{"most holders at once", strings.Join(peaks, ", ")},
 		{"read-write keys", strings.Join(rwKeys, ", ")},
@@ -266,9 +283,10 @@ const porcupineTimeout = time.Minute
 //     any other window, read or write (read windows alone may overlap),
 //     unless a fault that lost the server's data lies between the
 //     acquisition of one of the windows already open and the start of
-//     the next;
+//     the next; a set's window counts on each of its keys;
 //   - fences out of order: an acquisition that returned before another
-//     was called must have the lower fence;
+//     was called must have the lower fence (on each key, for a set;
+//     calls without fencing are left out);
 //   - the fenced store accepting a write whose fence is lower than one it
 //     had accepted before (or rejecting one that is not);
 //   - a holder's write rejected inside its own holding window, which
@@ -289,16 +307,27 @@ func CheckOps(ops []Op) *Report {
 		}
 	}
 	for _, op := range ops {
+		// A set's call is recorded once per key: count its first.
+		once := len(op.Set) == 0 || op.Key == op.Set[0]
 		switch op.Kind {
 		case KindObtain:
 			limit(op)
-			r.Obtains++
+			if once {
+				r.Obtains++
+			}
 			if op.Outcome == OutcomeOK {
-				r.Acquisitions++
+				if once {
+					r.Acquisitions++
+					if len(op.Set) > 0 {
+						r.Sets++
+					}
+				}
 				obtains = append(obtains, op)
 			}
 		case KindRelease:
-			r.Releases++
+			if once {
+				r.Releases++
+			}
 			releases = append(releases, op)
 		case KindHold:
 			limit(op)
@@ -371,11 +400,7 @@ func CheckOps(ops []Op) *Report {
 			case tooMany(counted):
 				windows := make([]string, len(counted))
 				for i, o := range counted {
-					access := ""
-					if o.Access != "" {
-						access = " " + o.Access
-					}
-					windows[i] = fmt.Sprintf("%s%s fence %d [%s, %s]", o.Holder, access, o.Fence, ms(o.Call), ms(o.Return))
+					windows[i] = fmt.Sprintf("%s fence %d [%s, %s]", o.who(), o.Fence, ms(o.Call), ms(o.Return))
 				}
 				over := fmt.Sprintf("over its limit of %d", limit)
 				if r.ReadWrite[key] {
@@ -392,8 +417,10 @@ func CheckOps(ops []Op) *Report {
 	}
 
 	// Fences in acquisition order: for each acquisition, every one that
-	// returned before it was called has a lower fence.
-	for key, list := range byKey(obtains) {
+	// returned before it was called has a lower fence. Calls without
+	// fencing have none.
+	fenced := slices.DeleteFunc(slices.Clone(obtains), func(op Op) bool { return op.Unfenced })
+	for key, list := range byKey(fenced) {
 		byReturn := slices.Clone(list)
 		sort.Slice(byReturn, func(i, j int) bool { return byReturn[i].Return < byReturn[j].Return })
 		sort.Slice(list, func(i, j int) bool { return list[i].Call < list[j].Call })
@@ -409,7 +436,7 @@ func CheckOps(ops []Op) *Report {
 			if best.Holder != "" && op.Fence <= best.Fence {
 				r.Violations = append(r.Violations, fmt.Sprintf(
 					"key %q: fence %d of %s (obtain called at %s) is not above fence %d of %s, which returned at %s",
-					key, op.Fence, op.Holder, ms(op.Call), best.Fence, best.Holder, ms(best.Return)))
+					key, op.Fence, op.who(), ms(op.Call), best.Fence, best.who(), ms(best.Return)))
 			}
 		}
 	}
@@ -463,6 +490,19 @@ func CheckOps(ops []Op) *Report {
 			"porcupine: the history is not linearizable against the model of the server and the fenced store")
 	}
 	return r
+}
+
+// who names the holder of an obtain or a hold in a violation: its name,
+// with the hold of a read-write lock it took, or the set it was part of.
+func (op Op) who() string {
+	s := op.Holder
+	if op.Access != "" {
+		s += " " + op.Access
+	}
+	if len(op.Set) > 0 {
+		s += " (set " + strings.Join(op.Set, ", ") + ")"
+	}
+	return s
 }
 
 // held returns the key of the lock or semaphore a write was made under.
@@ -533,6 +573,8 @@ type (
 		fence  int64
 		limit  int
 		access string // a read-write lock's hold: AccessRead or AccessWrite
+		// unfenced: an acquisition without a fence, which issues none
+		unfenced bool
 	}
 	step int
 )
@@ -582,12 +624,16 @@ var resourceModel = porcupine.Model{
 			case AccessWrite:
 				room = len(s.holders) == 0
 			}
-			if in.fence <= s.issued || !room || slices.Contains(s.holders, in.id) {
+			if (!in.unfenced && in.fence <= s.issued) || !room || slices.Contains(s.holders, in.id) {
 				return false, s
 			}
 			holders := slices.Clone(s.holders)
 			i, _ := slices.BinarySearch(holders, in.id)
-			return true, resourceState{issued: in.fence, accepted: s.accepted, holders: slices.Insert(holders, i, in.id),
+			issued := in.fence
+			if in.unfenced {
+				issued = s.issued
+			}
+			return true, resourceState{issued: issued, accepted: s.accepted, holders: slices.Insert(holders, i, in.id),
 				writing: s.writing || in.access == AccessWrite}
 		case stepRelease, stepLeave:
 			i, found := slices.BinarySearch(s.holders, in.id)
@@ -615,6 +661,9 @@ var resourceModel = porcupine.Model{
 		case stepAcquire:
 			if in.access != "" {
 				return fmt.Sprintf("%s obtains the %s hold with fence %d", in.holder, in.access, in.fence)
+			}
+			if in.unfenced {
+				return fmt.Sprintf("%s obtains, without a fence (limit %d)", in.holder, in.limit)
 			}
 			return fmt.Sprintf("%s obtains fence %d (limit %d)", in.holder, in.fence, in.limit)
 		case stepRelease:
@@ -683,7 +732,8 @@ func checkLinearizable(obtains, holds, releases, writes, losses []Op) (porcupine
 		id := holdID(op.Key, op.Holder, op.Fence)
 		// The call's own limit: a call with a smaller limit than others
 		// of the key is refused while as many as it allows hold.
-		in := resourceInput{holder: op.Holder, id: label(op.Holder, op.Fence), fence: op.Fence, limit: max(op.Limit, 1), access: op.Access}
+		in := resourceInput{holder: op.Holder, id: label(op.Holder, op.Fence), fence: op.Fence, limit: max(op.Limit, 1), access: op.Access,
+			unfenced: op.Unfenced}
 		in.step = stepAcquire
 		history = append(history, porcupine.Operation{
 			ClientId: ids.of(op.Holder), Input: in,
@@ -744,7 +794,7 @@ func (r *Report) Visualize(path string) error {
 				Tag:             "holds " + op.Key,
 				Start:           op.Call,
 				End:             op.Return,
-				Description:     fmt.Sprintf("%s fence %d", op.Holder, op.Fence),
+				Description:     fmt.Sprintf("%s fence %d", op.who(), op.Fence),
 				Details:         fmt.Sprintf("believed valid from %s to %s, ended by %s", ms(op.Call), ms(op.Return), op.Outcome),
 				BackgroundColor: "#d7ecd9",
 			})

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,7 +28,10 @@ import (
 // workers (goroutines and a third helper process) that take read or write
 // holds of a read-write lock, and candidates (goroutines and a fourth
 // helper process) that campaign in an election and write with their
-// terms' fences while they lead, while
+// terms' fences while they lead, and goroutines that take sets of two or
+// three keys at once (ObtainAll, WithLocks), overlapping the lock
+// workers' keys, or one key, and write to each key of a set with its
+// fence, while
 // faults are injected one after another: delays, blackholes and resets on
 // a worker's connections, Redis restarts, CLIENT PAUSE, DEBUG SLEEP,
 // SCRIPT FLUSH, and SIGSTOP of a helper process. At the end the history is
@@ -62,9 +67,11 @@ func TestSoak(t *testing.T) {
 	// An election for three candidates (two goroutines and a helper
 	// process).
 	const electKey = "soak:elect"
+	// Sets of the lock workers' keys and one more, for two goroutines.
+	setKeys := append(slices.Clone(keys), "soak:c")
 
-	const goroutines, semGoroutines, rwGoroutines, electGoroutines = 5, 3, 3, 2
-	workers := goroutines + semGoroutines + rwGoroutines + electGoroutines
+	const goroutines, semGoroutines, rwGoroutines, electGoroutines, setGoroutines = 5, 3, 3, 2, 2
+	workers := goroutines + semGoroutines + rwGoroutines + electGoroutines + setGoroutines
 	proxies := make([]*faults.Proxy, workers+4)
 	for i := range proxies {
 		proxies[i] = newProxy(t, srv.Addr)
@@ -76,6 +83,8 @@ func TestSoak(t *testing.T) {
 		cfg := workerConfig{Name: fmt.Sprintf("goroutine-%d", i), Addr: proxies[i].Addr(), Keys: keys,
 			Seed: rnd.Uint64(), ContextTimeouts: i%2 == 0, PauseChance: 0.03}
 		switch {
+		case i >= goroutines+semGoroutines+rwGoroutines+electGoroutines:
+			cfg.Name, cfg.Keys, cfg.Sets = fmt.Sprintf("set-goroutine-%d", i-goroutines-semGoroutines-rwGoroutines-electGoroutines), setKeys, true
 		case i >= goroutines+semGoroutines+rwGoroutines:
 			cfg.Name, cfg.Keys, cfg.Elect = fmt.Sprintf("elect-goroutine-%d", i-goroutines-semGoroutines-rwGoroutines), []string{electKey}, true
 		case i >= goroutines+semGoroutines:
@@ -200,4 +209,16 @@ func TestSoak(t *testing.T) {
 		electKey, terms, rep.Peak[electKey], leaderWrites, refused)
 	require.Positive(t, terms)
 	require.Equal(t, 1, rep.Peak[electKey], "the most believed leaders at once")
+	setWrites := 0
+	for _, op := range r.hist.Ops() {
+		if op.Kind == faults.KindWrite && strings.HasPrefix(op.Holder, "set-goroutine-") {
+			setWrites++
+		}
+	}
+	t.Logf("sets of keys: %d taken, %d fenced writes by the set workers, most holders at once of %v: %d, %d, %d",
+		rep.Sets, setWrites, setKeys, rep.Peak[setKeys[0]], rep.Peak[setKeys[1]], rep.Peak[setKeys[2]])
+	require.Positive(t, rep.Sets)
+	for _, k := range setKeys {
+		require.Equal(t, 1, rep.Peak[k], "the most holders at once of %q", k)
+	}
 }

@@ -5,6 +5,7 @@ package faults_test
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,9 @@ type tracker struct {
 	rec   faults.Recorder
 	clock faults.Clock
 	name  string
+	// unfenced: the holder's calls are made without WithFencing (see
+	// faults.Op.Unfenced); its name must then change from call to call.
+	unfenced bool
 }
 
 // obtain calls Obtain and records it; on success it returns the holding,
@@ -44,6 +48,33 @@ func (tr *tracker) acquire(ctx context.Context, s *locksmith.Semaphore, opts ...
 	lk, err := s.Acquire(ctx, opts...)
 	ret := time.Now()
 	return tr.obtained(s.Key(), s.Limit(), call, ret, lk, err), err
+}
+
+// obtainAll calls ObtainAll on keys, of two or more, and records it: one
+// op per key of the set (see faults.Op.Set). On success it returns the
+// holding of the set, whose window starts now.
+func (tr *tracker) obtainAll(ctx context.Context, l *locksmith.Locker, keys []string, opts ...locksmith.Option) (*setHolding, error) {
+	call := time.Now()
+	lk, err := l.ObtainAll(ctx, keys, opts...)
+	ret := time.Now()
+	return tr.obtainedSet(keys, call, ret, lk, err), err
+}
+
+// obtainedSet records an ObtainAll call on keys made from call to ret
+// that returned lk and err, one op per key of the set, and returns the
+// holding of the set when it succeeded.
+func (tr *tracker) obtainedSet(keys []string, call, ret time.Time, lk *locksmith.Lock, err error) *setHolding {
+	set := slices.Compact(slices.Sorted(slices.Values(keys)))
+	sh := &setHolding{lk: lk}
+	for _, k := range set {
+		if h := tr.recordObtain(faults.Op{Key: k, Set: set}, call, ret, lk, err); h != nil {
+			sh.parts = append(sh.parts, h)
+		}
+	}
+	if err != nil {
+		return nil
+	}
+	return sh
 }
 
 // obtainRW calls m.ObtainRead, or m.ObtainWrite when access is
@@ -72,16 +103,17 @@ func (tr *tracker) obtained(key string, limit int, call, ret time.Time, lk *lock
 // name, made from call to ret, that returned lk and err, and returns the
 // holding when it succeeded.
 func (tr *tracker) recordObtain(op faults.Op, call, ret time.Time, lk *locksmith.Lock, err error) *holding {
-	op.Kind, op.Holder, op.Outcome = faults.KindObtain, tr.name, outcome(err)
+	op.Kind, op.Holder, op.Outcome, op.Unfenced = faults.KindObtain, tr.name, outcome(err), tr.unfenced
 	op.Call, op.Return = tr.clock.At(call), tr.clock.At(ret)
 	if err != nil {
 		op.Detail = err.Error()
 		tr.rec.Record(op)
 		return nil
 	}
-	op.Fence = lk.Fence()
+	h := &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, set: op.Set, lk: lk, call: call, obtained: ret}
+	op.Fence = h.fence()
 	tr.rec.Record(op)
-	return &holding{tr: tr, key: op.Key, limit: op.Limit, access: op.Access, lk: lk, call: call, obtained: ret}
+	return h
 }
 
 // release calls Release (Resign for a term), records it, and ends the
@@ -101,7 +133,7 @@ func (tr *tracker) release(ctx context.Context, h *holding) error {
 
 // recordRelease records a release of h from call to ret that returned err.
 func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
-	op := faults.Op{Kind: faults.KindRelease, Key: h.key, Holder: tr.name, Fence: h.lk.Fence(),
+	op := faults.Op{Kind: faults.KindRelease, Key: h.key, Set: h.set, Unfenced: tr.unfenced, Holder: tr.name, Fence: h.fence(),
 		Call: tr.clock.At(call), Return: tr.clock.At(ret), Outcome: outcome(err)}
 	if err != nil {
 		op.Detail = err.Error()
@@ -115,8 +147,9 @@ func (tr *tracker) recordRelease(h *holding, call, ret time.Time, err error) {
 type holding struct {
 	tr             *tracker
 	key            string
-	limit          int    // 0 for a lock; the semaphore's limit for a permit
-	access         string // a read-write lock's hold: faults.AccessRead or AccessWrite
+	limit          int      // 0 for a lock; the semaphore's limit for a permit
+	access         string   // a read-write lock's hold: faults.AccessRead or AccessWrite
+	set            []string // the keys of the set this is a key of (ObtainAll), or nil
 	lk             *locksmith.Lock
 	term           *locksmith.Term // a leader's term, whose Lock is lk; nil for the others
 	call, obtained time.Time
@@ -189,20 +222,91 @@ func (h *holding) end(stop time.Time, why string) {
 	if d := h.lk.Deadline(); d.Before(end) {
 		end, why = d, "deadline"
 	}
-	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Access: h.access, Holder: h.tr.name, Fence: h.lk.Fence(),
+	h.tr.rec.Record(faults.Op{Kind: faults.KindHold, Key: h.key, Limit: h.limit, Access: h.access, Set: h.set, Unfenced: h.tr.unfenced,
+		Holder: h.tr.name, Fence: h.fence(),
 		ObtainCall: h.tr.clock.At(h.call), Call: h.tr.clock.At(h.obtained), Return: h.tr.clock.At(end), Outcome: why})
+}
+
+// fence returns the holding's fencing token: for a key of a set, that
+// key's own.
+func (h *holding) fence() int64 {
+	if h.set != nil {
+		return h.lk.FenceOf(h.key)
+	}
+	return h.lk.Fence()
 }
 
 // write writes to the store's record of the holding's key, with its
 // fence, as a lock's holder does.
 func (h *holding) write(w writer) (bool, error) {
-	return w.WriteRecord(h.key, "", h.tr.name, h.lk.Fence())
+	return w.WriteRecord(h.key, "", h.tr.name, h.fence())
 }
 
 // writeRecord writes to record with the holding's fence, as the holder of
 // a semaphore's permit does to the job it claimed.
 func (h *holding) writeRecord(w writer, record string) (bool, error) {
-	return w.WriteRecord(record, h.key, h.tr.name, h.lk.Fence())
+	return w.WriteRecord(record, h.key, h.tr.name, h.fence())
+}
+
+// A setHolding is one acquisition of a set of locks (ObtainAll): the
+// holding of each of its keys, which share the set's Lock and window.
+type setHolding struct {
+	lk    *locksmith.Lock
+	parts []*holding // one per key, in the set's order
+}
+
+// alone returns h as a set of its one key, for code that holds sets and
+// single keys alike, or nil when h is nil.
+func (h *holding) alone() *setHolding {
+	if h == nil {
+		return nil
+	}
+	return &setHolding{lk: h.lk, parts: []*holding{h}}
+}
+
+// lease starts the set's lease on ctx, and notes when its context ends.
+func (sh *setHolding) lease(ctx context.Context) context.Context {
+	lctx := sh.lk.Lease(ctx)
+	sh.watch(lctx)
+	return lctx
+}
+
+// watch notes when the set's lease context lctx ends.
+func (sh *setHolding) watch(lctx context.Context) {
+	for _, h := range sh.parts {
+		h.watch(lctx)
+	}
+}
+
+// write writes to the store's record of each key of the set, with that
+// key's fence, and reports whether the store accepted every write.
+func (sh *setHolding) write(w writer) bool {
+	all := true
+	for _, h := range sh.parts {
+		ok, err := h.write(w)
+		all = all && ok && err == nil
+	}
+	return all
+}
+
+// end records the set's window on each of its keys (see holding.end).
+func (sh *setHolding) end(stop time.Time, why string) {
+	for _, h := range sh.parts {
+		h.end(stop, why)
+	}
+}
+
+// releaseSet calls the set's Release, records it for each key, and ends
+// the set's window: tracker.release, for a set (or a lock, alone).
+func (tr *tracker) releaseSet(ctx context.Context, sh *setHolding) error {
+	call := time.Now()
+	err := sh.lk.Release(ctx)
+	ret := time.Now()
+	sh.end(call, "released")
+	for _, h := range sh.parts {
+		tr.recordRelease(h, call, ret, err)
+	}
+	return err
 }
 
 // workerConfig describes one soak worker.
@@ -228,6 +332,11 @@ type workerConfig struct {
 	// of the key as under a lock, and otherwise a read hold, under which
 	// it writes nothing.
 	RW bool `json:"rw,omitempty"`
+	// Sets makes the worker take, half of the time, a set of two or more
+	// of Keys at once (ObtainAll, or WithLocks a third of those times),
+	// and write under it to the record of each key of the set with that
+	// key's fence; the other half, one key, as a lock's worker does.
+	Sets bool `json:"sets,omitempty"`
 	// Elect makes Keys[0] the name of an election: the worker campaigns
 	// in it, through Campaign or Run, leads for a few steps of work, each
 	// a write to the record of the election's name with the term's
@@ -248,7 +357,7 @@ func workerClient(cfg workerConfig) *redis.Client {
 }
 
 // runWorker takes locks on cfg's keys (or permits of its semaphores, or
-// holds of its read-write locks),
+// holds of its read-write locks, or sets of its keys),
 // writes under the locks to w, and releases them, at random, until ctx
 // ends, recording everything to rec. It returns the number of
 // acquisitions.
@@ -273,6 +382,12 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 	acquired := 0
 	for ctx.Err() == nil {
 		key := cfg.Keys[rnd.IntN(len(cfg.Keys))]
+		var set []string // a set's keys, for ObtainAll
+		if cfg.Sets && len(cfg.Keys) > 1 && rnd.IntN(2) == 0 {
+			for _, i := range rnd.Perm(len(cfg.Keys))[:2+rnd.IntN(len(cfg.Keys)-1)] {
+				set = append(set, cfg.Keys[i])
+			}
+		}
 		ttl := ttls[rnd.IntN(len(ttls))]
 		steps := 1 + rnd.IntN(6)
 		access := ""
@@ -282,7 +397,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				access = faults.AccessWrite
 			}
 		}
-		work := func(h *holding, lctx context.Context) {
+		work := func(sh *setHolding, lctx context.Context) {
 			for range steps {
 				if rnd.Float64() < cfg.PauseChance {
 					// A pause: the work stops looking at its lease for
@@ -295,7 +410,7 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 					return
 				}
 				if cfg.Limit == 0 && access != faults.AccessRead {
-					_, _ = h.write(w)
+					sh.write(w)
 				}
 				if !sleep(between(5*time.Millisecond, 50*time.Millisecond)) {
 					return
@@ -303,15 +418,20 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			}
 		}
 		if rnd.IntN(3) == 0 {
-			// Through WithLock, or WithPermit, which lease and release by
-			// themselves.
+			// Through WithLock, WithPermit or WithLocks, which lease and
+			// release by themselves.
 			call := time.Now()
-			var h *holding
+			var sh *setHolding
 			var stop time.Time
 			fn := func(lctx context.Context) error {
-				h = tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), locksmith.LockFromContext(lctx), nil)
-				h.watch(lctx)
-				work(h, lctx)
+				lk := locksmith.LockFromContext(lctx)
+				if set != nil {
+					sh = tr.obtainedSet(set, call, time.Now(), lk, nil)
+				} else {
+					sh = tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), lk, nil).alone()
+				}
+				sh.watch(lctx)
+				work(sh, lctx)
 				stop = time.Now()
 				return nil
 			}
@@ -319,6 +439,8 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 				locksmith.WithRetry(locksmith.LimitRetry(locksmith.LinearBackoff(20*time.Millisecond), 50))}
 			var err error
 			switch {
+			case set != nil:
+				err = l.WithLocks(ctx, set, fn, opts...)
 			case access == faults.AccessRead:
 				err = l.RWMutex(key).WithReadLock(ctx, fn, opts...)
 			case access == faults.AccessWrite:
@@ -328,20 +450,28 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			default:
 				err = l.WithLock(ctx, key, fn, opts...)
 			}
-			if h == nil {
-				tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), nil, err)
-			} else {
+			switch {
+			case sh != nil:
 				acquired++
-				h.end(stop, "released")
-				tr.recordRelease(h, stop, time.Now(), err)
+				sh.end(stop, "released")
+				for _, h := range sh.parts {
+					tr.recordRelease(h, stop, time.Now(), err)
+				}
+			case set != nil:
+				tr.obtainedSet(set, call, time.Now(), nil, err)
+			default:
+				tr.recordObtain(faults.Op{Key: key, Limit: cfg.Limit, Access: access}, call, time.Now(), nil, err)
 			}
 		} else {
 			octx, cancel := context.WithTimeout(ctx, 2*ttl)
 			opts := []locksmith.Option{locksmith.WithTTL(ttl),
 				locksmith.WithRetry(locksmith.LinearBackoff(between(10*time.Millisecond, 40*time.Millisecond)))}
 			var h *holding
+			var sh *setHolding
 			var err error
 			switch {
+			case set != nil:
+				sh, err = tr.obtainAll(octx, l, set, opts...)
 			case access != "":
 				h, err = tr.obtainRW(octx, l.RWMutex(key), access, opts...)
 			case cfg.Limit > 0:
@@ -351,10 +481,13 @@ func runWorker(ctx context.Context, cfg workerConfig, client *redis.Client, rec 
 			}
 			cancel()
 			if err == nil {
+				if sh == nil {
+					sh = h.alone()
+				}
 				acquired++
-				work(h, h.lease(ctx))
+				work(sh, sh.lease(ctx))
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_ = tr.release(rctx, h)
+				_ = tr.releaseSet(rctx, sh)
 				cancel()
 			}
 		}
