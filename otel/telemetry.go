@@ -50,6 +50,10 @@ const (
 	// AttemptsKey is how many attempts an obtain sent to Redis (spans
 	// only).
 	AttemptsKey = attribute.Key("locksmith.attempts")
+	// SetSizeKey is the number of keys of a set of locks
+	// (locksmith.Locker.ObtainAll, WithLocks) that an obtain or a release
+	// covered; absent for a single key (spans only).
+	SetSizeKey = attribute.Key("locksmith.set_size")
 	// OnceResultKey is what a call of Once did: "skipped", "ran",
 	// "recorded" or "not-run" (see locksmith.OnceResult).
 	OnceResultKey = attribute.Key("locksmith.once.result")

@@ -79,6 +79,37 @@ func TestObtainAndRelease(t *testing.T) {
 	}
 }
 
+// A set of locks: its obtain and release spans carry the set's size, a
+// single key's do not, and its obtain is measured as one obtain.
+func TestSetOfLocks(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	r := newRig(t)
+	l := r.locker(t, srv.Client(t))
+	tag := uniqueKey(t)
+	keys := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c"}
+
+	lk, err := l.ObtainAll(ctx, keys)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	single, err := l.Obtain(ctx, keys[0])
+	require.NoError(t, err)
+	require.NoError(t, single.Release(ctx))
+
+	r.waitMetric(t, locksmithotel.HoldDurationName, lockOK, count(2))
+	ms := r.metrics(t)
+	require.Equal(t, uint64(2), ms[locksmithotel.ObtainDurationName][lockOK].count, describeMetrics(ms))
+	for _, name := range []string{locksmithotel.ObtainSpan, locksmithotel.ReleaseSpan} {
+		spans := r.ended(name)
+		require.Len(t, spans, 2, name)
+		set, one := spanAttrs(spans[0]), spanAttrs(spans[1])
+		require.Equal(t, int64(len(keys)), set[locksmithotel.SetSizeKey].AsInt64(), name)
+		require.Equal(t, "ok", set[locksmithotel.OutcomeKey].AsString(), name)
+		_, ok := one[locksmithotel.SetSizeKey]
+		require.False(t, ok, "%s of a single key has no set size", name)
+	}
+}
+
 // A waiter handed the lock: the obtain under way is counted while it
 // waits, the handoff and the wait are measured, and the pub/sub
 // connection the waiter listened on is counted up, then closed.

@@ -56,6 +56,9 @@ func (tr tracer) End(ctx context.Context, c locksmith.Call, o locksmith.Outcome)
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 4)
 		attrs = append(attrs, OutcomeKey.String(outcomeOf(o.Class)))
+		if c.SetSize > 0 {
+			attrs = append(attrs, SetSizeKey.Int(c.SetSize))
+		}
 		switch c.Op {
 		case locksmith.OpObtain:
 			attrs = append(attrs, AttemptsKey.Int(o.Attempts), HandedOverKey.Bool(o.HandedOver))
