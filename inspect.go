@@ -151,6 +151,13 @@ func (l *Locker) Inspect(ctx context.Context, key string, opts ...Option) (LockS
 	return s, nil
 }
 
+// SetSizeOf returns the number of keys of the set of locks a token was
+// issued for (Locker.ObtainAll), as LockStatus.SetSize reports it for a
+// held key, or 0 for any other token: a single lock's, an election
+// term's, or one written by someone else. The locksmith CLI uses it to
+// say what its release --force deleted.
+func SetSizeOf(token string) int { return setSize(token) }
+
 // setSize returns the number of keys of the set whose token is token, as
 // setToken (multi.go) writes it: a UUID in its canonical form, a slash
 // and n, a number of two or more written without a sign or leading

@@ -459,6 +459,11 @@ release, and try at once; a user whose ACL grants no rights on the lock's
 channels still deletes the lock, and its waiters notice at their next
 attempt.
 
+A lock held as part of a set (run with several --key, or the library's
+ObtainAll) is deleted alone: release says so, and the set's other keys
+stay held by the same holder, which finds out at its next renewal and
+then releases them, or until they expire.
+
 Flags:
 
 `

@@ -147,6 +147,7 @@ func (st *lockState) setHeld(token string, ttl time.Duration) {
 		ms = ttl.Milliseconds()
 	}
 	st.Held, st.Token, st.Mark, st.TTLMillis = true, token, tokenMark(token), &ms
+	st.SetSize = locksmith.SetSizeOf(token)
 }
 
 // name names the lock in messages.

@@ -58,6 +58,10 @@ func (u *ui) release(args []string) int {
 		fmt.Fprintf(u.stdout, "deleted %s, which had just become a semaphore or a read-write lock\n", st.name())
 		return exitOK
 	}
-	fmt.Fprintf(u.stdout, "deleted %s, held by %s, %s\n", st.name(), tokenText("", st.Mark), st.remaining())
+	fmt.Fprintf(u.stdout, "deleted %s, held by %s%s, %s\n", st.name(), tokenText("", st.Mark), setText(st.SetSize), st.remaining())
+	if st.SetSize > 0 {
+		fmt.Fprintf(u.stdout, "the set's other %d keys stay held by %s until its holder releases them or they expire\n",
+			st.SetSize-1, tokenText("", st.Mark))
+	}
 	return exitOK
 }

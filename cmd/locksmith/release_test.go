@@ -4,6 +4,7 @@ package main_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -128,5 +129,45 @@ func TestReleaseForceWakesWaiters(t *testing.T) {
 				t.Errorf("the waiter obtained the lock %v after release --force; want it woken at once", took)
 			}
 		})
+	}
+}
+
+// TestReleaseForceOneKeyOfASet: release --force of a key held as part of
+// a set deletes that key alone and says so; the holder's lease ends with
+// ErrLockLost at its next renewal, and its release then frees the set's
+// other keys.
+func TestReleaseForceOneKeyOfASet(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	ctx := t.Context()
+	locker := library.New(client, library.WithPrefix("locksmith:"), library.WithTTL(900*time.Millisecond))
+	t.Cleanup(func() { _ = locker.Close() })
+	tag := uniqueKey(t)
+	keys := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c"}
+	lk, err := locker.ObtainAll(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := lk.Lease(ctx)
+
+	code, stdout, stderr := locksmith(t, nil, "release", "--redis", url, "--key", keys[1], "--force")
+	if code != 0 || !strings.Contains(stdout, "as part of a set of 3 keys") ||
+		!strings.Contains(stdout, "the set's other 2 keys stay held by token #"+mark(lk.Token())) || strings.Contains(stdout, lk.Token()) {
+		t.Fatalf("release --force of one key of a set: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if n := client.Exists(ctx, "locksmith:"+keys[0], "locksmith:"+keys[2]).Val(); n != 2 {
+		t.Fatalf("%d of the set's other keys held, want 2", n)
+	}
+	select {
+	case <-lease.Done():
+		if cause := context.Cause(lease); !errors.Is(cause, library.ErrLockLost) {
+			t.Fatalf("the lease ended with %v, want ErrLockLost", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the set's lease did not end after one of its keys was deleted")
+	}
+	_ = lk.Release(ctx) // reports the key it no longer held
+	if n := client.Exists(ctx, "locksmith:"+keys[0], "locksmith:"+keys[2]).Val(); n != 0 {
+		t.Fatalf("%d of the set's keys still held after its release", n)
 	}
 }
