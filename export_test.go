@@ -26,3 +26,8 @@ func NewObservedBuffer(client redis.UniversalClient, o Observer, size int, opts 
 	l.obs.size = size // before the first event, which makes the buffer
 	return l
 }
+
+// SetRenewAlone makes leases started from now on renew with a goroutine
+// each (true), as before renewers, or together (false); for the
+// benchmark that compares the two.
+func SetRenewAlone(alone bool) { renewAlone.Store(alone) }

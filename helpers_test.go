@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,8 +285,40 @@ func (f *fault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook applies the same faults to a pipeline that holds a
+// script or a SET (lease renewals are pipelined, see renewer.go): the
+// whole pipeline fails, as on a broken connection.
 func (f *fault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
+			name := strings.ToLower(cmd.Name())
+			return name == "evalsha" || name == "eval" || name == "set"
+		}) {
+			return next(ctx, cmds)
+		}
+		if d := time.Duration(f.slowReply.Load()); d > 0 {
+			defer time.Sleep(d)
+		}
+		fail := func() error {
+			for _, cmd := range cmds {
+				cmd.SetErr(errInjected)
+			}
+			return errInjected
+		}
+		switch {
+		case f.failScripts.Load():
+			return fail()
+		case f.loseReply.Load():
+			_ = next(ctx, cmds)
+			return fail()
+		case f.resend.Load():
+			if err := next(ctx, cmds); err != nil {
+				return err
+			}
+			return next(ctx, cmds)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // eventually fails t unless cond becomes true within d, polling.

@@ -39,6 +39,19 @@ type leaseState struct {
 	reschedule chan struct{}
 
 	lastErr error // the last renewal failure, reported if the validity runs out
+
+	// A lease renewed by its store's renewer (see renewer.go) instead of
+	// a goroutine of its own: batched while it is in the renewer's order
+	// or in a pipeline in flight (flight, closed when its result has
+	// been applied); stopParent stops the watch on parent that takes it
+	// out of the order when parent ends. due, slack and at (its index in
+	// the order, -1 when not there) are guarded by the renewer's mu.
+	batched    bool
+	flight     chan struct{}
+	stopParent func() bool
+	due        time.Time
+	slack      time.Duration
+	at         int
 }
 
 // leaseContext is a context Lease returned, with its cancel function.
@@ -63,9 +76,20 @@ type leaseContext struct {
 // less validity left than a lock just obtained (a lease started late, or a
 // lock handed over after a wait), so that it is due by the same margin
 // before the Deadline. Renewal stops when ctx is done or the lock is
-// released or lost; Release stops it and waits for it before deleting the
-// lock, so no goroutine outlives the lock. Lease may be called more than
-// once: one renewal serves all the contexts it returns.
+// released or lost; Release stops it and waits for a renewal in flight
+// before deleting the lock. Lease may be called more than once: one
+// renewal serves all the contexts it returns.
+//
+// The leases of a Locker's plain locks (New, without WithMaxTTL's restart
+// guard) are renewed together: one goroutine of the Locker's keeps them in
+// order, and sends the renewals that fall due within a tenth of the
+// renewal interval (at most 50ms) of each other in one pipeline per
+// master, so a renewal may come that much early, never late. Thousands of
+// leases then cost one goroutine and one round trip per such window, not
+// one each; that goroutine runs while some lease does, and outlives Close
+// as the leases do. Quorums, sets, semaphores, read-write locks and locks
+// behind the restart guard renew each lease with a goroutine of its own,
+// started at its first renewal.
 func (lk *Lock) Lease(ctx context.Context) context.Context {
 	lctx, _ := lk.leaseWithCancel(ctx)
 	return lctx
@@ -87,7 +111,7 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 	}
 	ls := lk.lease
 	if ls == nil {
-		ls = &leaseState{reschedule: make(chan struct{}, 1)}
+		ls = &leaseState{reschedule: make(chan struct{}, 1), at: -1}
 		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
 		lk.lease = ls
 	}
@@ -109,7 +133,18 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 // renewingLocked reports whether a renewal is scheduled or runs. lk.mu
 // must be held.
 func (lk *Lock) renewingLocked() bool {
-	return lk.lease.renewCancel != nil || lk.lease.firstRenewal != nil
+	return lk.lease.renewCancel != nil || lk.lease.firstRenewal != nil || lk.lease.batched
+}
+
+// batchRenewer returns the renewer that renews lk's leases with others
+// (see renewer.go), or nil when a goroutine of its own must: a lock of a
+// quorum, a set, a semaphore or a read-write lock, or one behind the
+// restart guard.
+func (lk *Lock) batchRenewer() *renewer {
+	if s, ok := lk.store.(redisStore); ok && s.guard == nil && !renewAlone.Load() {
+		return s.renewer
+	}
+	return nil
 }
 
 // startRenewalLocked schedules the renewal on behalf of parent: a timer
@@ -119,6 +154,12 @@ func (lk *Lock) renewingLocked() bool {
 func (lk *Lock) startRenewalLocked(parent context.Context) {
 	ls := lk.lease
 	ls.parent = parent
+	if r := lk.batchRenewer(); r != nil {
+		ls.batched = true
+		r.schedule(lk, time.Now().Add(lk.untilRenewalLocked()), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+		ls.stopParent = context.AfterFunc(parent, lk.parentEnded)
+		return
+	}
 	ls.firstPending.Add(1)
 	ls.firstRenewal = time.AfterFunc(lk.untilRenewalLocked(), lk.beginRenewal)
 }
@@ -152,6 +193,13 @@ func (lk *Lock) rescheduleLocked() {
 		return
 	}
 	ls.watchdog.Reset(lk.untilWatchdogLocked())
+	if ls.batched {
+		if ls.flight == nil {
+			// (In flight, its result schedules the next renewal.)
+			lk.batchRenewer().schedule(lk, time.Now().Add(lk.untilRenewalLocked()), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+		}
+		return
+	}
 	if ls.firstRenewal != nil {
 		// Unless it has fired already: its renewal starts with the new
 		// schedule anyway.
@@ -379,9 +427,31 @@ func (lk *Lock) endLeasesLocked(cause error) {
 	}
 	ls.leases = nil
 	lk.stopFirstRenewalLocked()
+	lk.unbatchLocked()
 	if ls.renewCancel != nil {
 		ls.renewCancel()
 	}
+}
+
+// unbatchLocked takes a lease renewed by its store's renewer out of the
+// renewer's order; a renewal in flight still lands, and schedules no
+// other. lk.mu must be held.
+func (lk *Lock) unbatchLocked() {
+	ls := lk.lease
+	if !ls.batched {
+		return
+	}
+	ls.batched = false
+	lk.batchRenewer().remove(lk)
+	ls.stopParent()
+}
+
+// parentEnded stops the renewal of a lease renewed by its store's
+// renewer when the context of the Lease call that started it ends.
+func (lk *Lock) parentEnded() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.unbatchLocked()
 }
 
 // end marks the lock released and cancels its lease contexts.
@@ -415,13 +485,17 @@ func (lk *Lock) stopRenewal() {
 	}
 	ls.stopped = true
 	lk.stopFirstRenewalLocked()
-	cancel, done := ls.renewCancel, ls.renewDone
+	lk.unbatchLocked()
+	cancel, done, flight := ls.renewCancel, ls.renewDone, ls.flight
 	lk.mu.Unlock()
 	// A first renewal that fired just now finds the renewal stopped.
 	ls.firstPending.Wait()
 	if cancel != nil {
 		cancel()
 		<-done
+	}
+	if flight != nil {
+		<-flight
 	}
 }
 

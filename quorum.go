@@ -83,7 +83,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 			l.err = fmt.Errorf("%w: Redis client %d of the quorum is a cluster client; a quorum needs independent masters", ErrInvalidArgument, i)
 			return l
 		}
-		nodes[i] = newRedisStore(topologyOf(c))
+		nodes[i] = redisStore{topology: topologyOf(c)}
 		var err error
 		if nodes[i].guard, err = l.cfg.newGuard(topologyOf(c)); err != nil {
 			l.err = fmt.Errorf("quorum client %d: %w", i, err)

@@ -18,6 +18,9 @@ type redisStore struct {
 	// guard keeps masters that restarted recently out of acquires and
 	// renewals (see store_guard.go); nil without the restart guard.
 	guard *guard
+	// renewer renews the leases of its plain locks together (see
+	// renewer.go); nil on the masters of a quorum.
+	renewer *renewer
 }
 
 func (redisStore) allows(usage) error { return nil }
@@ -28,7 +31,7 @@ func (redisStore) queues() bool { return true }
 func (redisStore) close() {}
 
 func newRedisStore(t topology) redisStore {
-	return redisStore{topology: t}
+	return redisStore{topology: t, renewer: newRenewer(t)}
 }
 
 var (

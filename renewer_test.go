@@ -1,0 +1,216 @@
+package locksmith_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/locksmith-go/locksmith"
+	"github.com/locksmith-go/locksmith/internal/redistest"
+)
+
+// roundTrips is a hook that counts what a client sends: single commands,
+// and pipelines with the commands in them.
+type roundTrips struct {
+	mu                    sync.Mutex
+	singles, pipes, piped int
+}
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.mu.Lock()
+		r.singles++
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.mu.Lock()
+		r.pipes++
+		r.piped += len(cmds)
+		r.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (r *roundTrips) counts() (singles, pipes, piped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.singles, r.pipes, r.piped
+}
+
+func (r *roundTrips) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.singles, r.pipes, r.piped = 0, 0, 0
+}
+
+// TestLeasesRenewedTogether: the leases of many locks of one Locker are
+// renewed in pipelines, one round trip for all the renewals that fall due
+// within a tenth of the renewal interval, by a bounded number of
+// goroutines, not one per lease; every lease stays valid.
+func TestLeasesRenewedTogether(t *testing.T) {
+	const (
+		n        = 300
+		ttl      = 900 * time.Millisecond
+		interval = 300 * time.Millisecond
+		rounds   = 3
+	)
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	var rt roundTrips
+	l := newLocker(t, newClient(t, srv.Options(), []redis.Hook{&rt}), locksmith.WithTTL(ttl), locksmith.WithRenewInterval(interval))
+
+	locks := make([]*locksmith.Lock, n)
+	var err error
+	for i := range locks {
+		locks[i], err = l.Obtain(ctx, uniqueKey(t))
+		require.NoError(t, err)
+	}
+	goroutines := runtime.NumGoroutine()
+	first := time.Now()
+	leases := make([]context.Context, n)
+	for i, lk := range locks {
+		leases[i] = lk.Lease(ctx)
+	}
+	spread := time.Since(first) // over which the first renewals fall due
+	rt.reset()
+	deadlines := make([]time.Time, n)
+	for i, lk := range locks {
+		deadlines[i] = lk.Deadline()
+	}
+
+	// Wait for every lock to be renewed rounds times: its Deadline moves
+	// on at each renewal.
+	eventually(t, 10*time.Second, func() bool {
+		for i, lk := range locks {
+			if lk.Deadline().Before(deadlines[i].Add(time.Duration(rounds) * interval * 9 / 10)) {
+				return false
+			}
+		}
+		return true
+	}, "every lease renewed %d times", rounds)
+	during := runtime.NumGoroutine()
+	singles, pipes, piped := rt.counts()
+	t.Logf("%d leases, %d renewals each: %d pipelines of %d commands, %d single commands; renewals first due over %v; goroutines %d before the leases, %d with them",
+		n, rounds, pipes, piped, singles, spread.Round(time.Millisecond), goroutines, during)
+
+	for i, lease := range leases {
+		require.NoError(t, lease.Err(), "lease %d", i)
+	}
+	require.Zero(t, singles, "every renewal is pipelined")
+	require.GreaterOrEqual(t, piped, n*rounds)
+	// The renewals due within one window go in one pipeline: about one
+	// pipeline per window of the spread, per round (and one round more for
+	// those renewed while the test looked).
+	windows := int(spread/(interval/10)) + 2
+	require.LessOrEqual(t, pipes, (rounds+1)*windows, "round trips")
+	// One goroutine renews them all, and one sends each pipeline in flight.
+	require.LessOrEqual(t, during-goroutines, 3, "goroutines for %d leases", n)
+
+	for _, lk := range locks {
+		require.NoError(t, lk.Release(ctx))
+	}
+	for i, lease := range leases {
+		require.ErrorIs(t, context.Cause(lease), context.Canceled, "lease %d after its release", i)
+	}
+}
+
+// TestLeaseLostAmongMany: among leases renewed together, the one whose
+// lock was deleted ends with ErrLockLost at its next renewal, and the
+// others go on being renewed.
+func TestLeaseLostAmongMany(t *testing.T) {
+	const n = 20
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	raw := srv.Client(t)
+	l := newLocker(t, srv.Client(t), locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
+	locks := make([]*locksmith.Lock, n)
+	leases := make([]context.Context, n)
+	keys := make([]string, n)
+	for i := range locks {
+		keys[i] = uniqueKey(t)
+		lk, err := l.Obtain(ctx, keys[i])
+		require.NoError(t, err)
+		locks[i], leases[i] = lk, lk.Lease(ctx)
+	}
+	lost := n / 2
+	require.NoError(t, raw.Del(ctx, plainNames(keys[lost]).Lock).Err())
+	select {
+	case <-leases[lost].Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease of the deleted lock did not end")
+	}
+	require.ErrorIs(t, context.Cause(leases[lost]), locksmith.ErrLockLost)
+	require.Contains(t, context.Cause(leases[lost]).Error(), "renewal found")
+
+	// The others: renewed once more since.
+	since := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		for i, lk := range locks {
+			if i != lost && !lk.Deadline().After(since.Add(time.Second-100*time.Millisecond)) {
+				return false
+			}
+		}
+		return true
+	}, "the other leases renewed after the loss")
+	for i, lk := range locks {
+		if i == lost {
+			require.ErrorIs(t, lk.Release(ctx), locksmith.ErrNotHeld)
+			continue
+		}
+		require.NoError(t, leases[i].Err(), "lease %d", i)
+		require.NoError(t, lk.Release(ctx))
+	}
+}
+
+// TestClusterLeasesRenewedTogether: on Redis Cluster, leases of keys in
+// every slot's master are renewed together, one pipeline per master, and
+// a lock deleted on one master is lost while the others live on.
+func TestClusterLeasesRenewedTogether(t *testing.T) {
+	const n = 30
+	cl := redistest.SharedCluster(t)
+	ctx := t.Context()
+	raw := cl.Client(t)
+	l := newLocker(t, cl.Client(t), locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
+	locks := make([]*locksmith.Lock, n)
+	leases := make([]context.Context, n)
+	keys := make([]string, n)
+	for i := range locks {
+		keys[i] = fmt.Sprintf("%s:%d", uniqueKey(t), i) // spread over the slots
+		lk, err := l.Obtain(ctx, keys[i])
+		require.NoError(t, err)
+		locks[i], leases[i] = lk, lk.Lease(ctx)
+	}
+	require.NoError(t, raw.Del(ctx, plainNames(keys[0]).Lock).Err())
+	select {
+	case <-leases[0].Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease of the deleted lock did not end")
+	}
+	require.True(t, errors.Is(context.Cause(leases[0]), locksmith.ErrLockLost))
+	since := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		for _, lk := range locks[1:] {
+			if !lk.Deadline().After(since.Add(time.Second - 100*time.Millisecond)) {
+				return false
+			}
+		}
+		return true
+	}, "the other leases renewed")
+	for i, lk := range locks[1:] {
+		require.NoError(t, leases[i+1].Err())
+		require.NoError(t, lk.Release(ctx))
+	}
+}
