@@ -20,9 +20,9 @@ import (
 // and heap per lease, Redis commands per second, and round trips per
 // renewal interval; each with a goroutine per lease (alone, the design
 // before renewers, which quorums and sets still use) and renewed together
-// by the Locker's store (together). The locks are obtained one after the
-// other, as a service takes them, so their renewals fall due spread over
-// the time that took. Run it with
+// by the Locker's store (together). The locks are obtained evenly over
+// one renewal interval, so their renewals fall due spread over it. Run it
+// with
 //
 //	go test -run '^$' -bench LeasesAtScale -benchtime 1x
 func BenchmarkLeasesAtScale(b *testing.B) {
@@ -56,9 +56,18 @@ func leaseScale(b *testing.B, srv *redistest.Server, n int, alone bool, ttl, int
 	locksmith.SetRenewAlone(alone)
 	defer locksmith.SetRenewAlone(false)
 
+	// Obtained evenly over one renewal interval, in 100 steps, as a
+	// service takes its locks over time: their renewals fall due spread
+	// over the interval.
+	const steps = 100
 	locks := make([]*locksmith.Lock, n)
 	obtained := time.Now()
+	tick := time.NewTicker(interval / steps)
+	defer tick.Stop()
 	for i := range locks {
+		if i > 0 && i%(n/steps) == 0 {
+			<-tick.C
+		}
 		lk, err := l.Obtain(ctx, "scale:"+strconv.Itoa(i))
 		if err != nil {
 			b.Fatal(err)
