@@ -214,3 +214,79 @@ func TestClusterLeasesRenewedTogether(t *testing.T) {
 		require.NoError(t, lk.Release(ctx))
 	}
 }
+
+// TestClusterSlowMasterHoldsUpNoOtherLease: on Redis Cluster, while one
+// master does not answer (DEBUG SLEEP), the leases on the other masters
+// go on being renewed, and a lock deleted on another master is lost at
+// its next renewal, before the sleeping master answers again: the
+// pipeline of one master holds up no lease of another. Once it answers,
+// its own leases are renewed before their Deadline and live on.
+func TestClusterSlowMasterHoldsUpNoOtherLease(t *testing.T) {
+	const sleep = 3 * time.Second
+	cl := redistest.NewCluster(t, 3, 0)
+	ctx := t.Context()
+	raw := cl.Client(t)
+	l := newLocker(t, cl.Client(t), locksmith.WithTTL(5*time.Second), locksmith.WithRenewInterval(200*time.Millisecond))
+
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	slow := masters[0]
+	var onSlow, onOthers []string
+	for i := 0; len(onSlow) < 3 || len(onOthers) < 3; i++ {
+		key := fmt.Sprintf("%s:%d", uniqueKey(t), i)
+		owner, err := cl.KeyOwner(ctx, plainNames(key).Lock)
+		require.NoError(t, err)
+		if owner == slow {
+			onSlow = append(onSlow, key)
+		} else {
+			onOthers = append(onOthers, key)
+		}
+	}
+	leases := map[string]context.Context{}
+	locks := map[string]*locksmith.Lock{}
+	for _, k := range append(append([]string{}, onSlow...), onOthers...) {
+		lk, err := l.Obtain(ctx, k)
+		require.NoError(t, err)
+		locks[k], leases[k] = lk, lk.Lease(ctx)
+	}
+
+	opt := slow.Options()
+	opt.ReadTimeout = sleep + 5*time.Second
+	sleeper := newClient(t, opt, nil)
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(context.WithoutCancel(ctx), "DEBUG", "SLEEP", sleep.Seconds()).Err() }()
+	probe := slow.Options()
+	probe.ReadTimeout, probe.MaxRetries = 50*time.Millisecond, -1
+	prober := newClient(t, probe, nil)
+	asleep := func() bool { return prober.Ping(ctx).Err() != nil }
+	eventually(t, 5*time.Second, asleep, "the slow master stops answering")
+	// A renewal of the slow master's leases is now on its way, or will be.
+
+	lost := onOthers[0]
+	require.NoError(t, raw.Del(ctx, plainNames(lost).Lock).Err())
+	select {
+	case <-leases[lost].Done():
+	case <-time.After(sleep):
+		t.Fatal("the lease of the lock deleted on another master did not end while the slow master slept")
+	}
+	require.True(t, asleep(), "the loss was signalled only after the slow master answered again")
+	require.ErrorIs(t, context.Cause(leases[lost]), locksmith.ErrLockLost)
+
+	require.NoError(t, <-slept)
+	since := time.Now()
+	eventually(t, 5*time.Second, func() bool {
+		for k, lk := range locks {
+			if k != lost && !lk.Deadline().After(since.Add(4*time.Second)) {
+				return false
+			}
+		}
+		return true
+	}, "every other lease renewed after the slow master answered")
+	for k, lk := range locks {
+		if k == lost {
+			continue
+		}
+		require.NoError(t, leases[k].Err(), "%q", k)
+		require.NoError(t, lk.Release(ctx))
+	}
+}
