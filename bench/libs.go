@@ -10,6 +10,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/locksmith-go/locksmith"
 	"github.com/redis/go-redis/v9"
@@ -82,6 +83,7 @@ func libraries(rawRetry time.Duration) []lib {
 		redislockLib{interval: 5 * time.Millisecond, why: "a tight setting"},
 		redislockLib{interval: 100 * time.Millisecond, why: "the interval of its README/example retry"},
 		redsyncLib{},
+		redsyncQuorumLib{},
 		rueidisLib{},
 		rueidisLib{readme: true},
 	}
@@ -498,12 +500,12 @@ func (redsyncLib) newLocker(d *deployment) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &redsyncLocker{client: c, rs: redsync.New(redsyncgoredis.NewPool(c))}, nil
+	return &redsyncLocker{clients: []*redis.Client{c}, rs: redsync.New(redsyncgoredis.NewPool(c))}, nil
 }
 
 type redsyncLocker struct {
-	client *redis.Client
-	rs     *redsync.Redsync
+	clients []*redis.Client
+	rs      *redsync.Redsync
 }
 
 type redsyncHeld struct{ m *redsync.Mutex }
@@ -529,7 +531,42 @@ func (h redsyncHeld) release(ctx context.Context) error {
 	return err
 }
 
-func (l *redsyncLocker) close() { _ = l.client.Close() }
+func (l *redsyncLocker) close() {
+	for _, c := range l.clients {
+		_ = c.Close()
+	}
+}
+
+// redsyncQuorumLib is redsync on the quorum's independent servers, one
+// go-redis pool each, as its README sets up Redlock: the same defaults as
+// redsyncLib, a majority of the pools per acquisition.
+type redsyncQuorumLib struct{}
+
+func (redsyncQuorumLib) name() string { return fmt.Sprintf("redsync quorum (%d)", deploySize) }
+
+func (redsyncQuorumLib) runsOn() topology { return quorumServers }
+
+func (redsyncQuorumLib) settings() string {
+	return fmt.Sprintf("go-redsync/redsync/v4 defaults over %d goredis/v9 pools, one per independent server (its README's Redlock set-up): expiry 8s, 32 tries, retry delay rand(50ms, 250ms); NewMutex per acquisition; requests and commands summed over the %d servers",
+		deploySize, deploySize)
+}
+
+func (redsyncQuorumLib) newLocker(d *deployment) (locker, error) {
+	var clients []*redis.Client
+	var pools []redsyncredis.Pool
+	for _, u := range d.urls {
+		c, err := newGoRedis(u)
+		if err != nil {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+		clients = append(clients, c)
+		pools = append(pools, redsyncgoredis.NewPool(c))
+	}
+	return &redsyncLocker{clients: clients, rs: redsync.New(pools...)}, nil
+}
 
 // --- github.com/redis/rueidis/rueidislock ------------------------------------------
 

@@ -343,15 +343,17 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 // cycle on each, of a set in a set scenario, so that connections are open
 // and scripts loaded before timing.
 func openLockers(ctx context.Context, l lib, d *deployment, sc scenario) ([]locker, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	var lockers []locker
 	for i := range sc.lockers {
+		// (newLocker may wait out a restart guard first: the time for
+		// the cycle starts after it.)
 		lk, err := l.newLocker(d)
 		if err == nil {
-			if err = prime(ctx, lk, sc, i); err != nil {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err = prime(pctx, lk, sc, i); err != nil {
 				lk.close()
 			}
+			cancel()
 		}
 		if err != nil {
 			for _, lk := range lockers {
