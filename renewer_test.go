@@ -2,7 +2,6 @@ package locksmith_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -127,20 +126,31 @@ func TestLeasesRenewedTogether(t *testing.T) {
 	}
 }
 
-// TestLeaseLostAmongMany: among leases renewed together, the one whose
-// lock was deleted ends with ErrLockLost at its next renewal, and the
-// others go on being renewed.
+// TestLeaseLostAmongMany: among leases renewed together, on one server
+// and on Redis Cluster (one pipeline per master), the one whose lock was
+// deleted ends with ErrLockLost at its next renewal, and the others go on
+// being renewed.
 func TestLeaseLostAmongMany(t *testing.T) {
-	const n = 20
-	srv := redistest.Shared(t)
+	t.Run("server", func(t *testing.T) {
+		srv := redistest.Shared(t)
+		leaseLostAmongMany(t, srv.Client(t), srv.Client(t), 20)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.SharedCluster(t)
+		leaseLostAmongMany(t, cl.Client(t), cl.Client(t), 30)
+	})
+}
+
+// leaseLostAmongMany leases n locks on client, deletes one with raw, and
+// checks that its lease alone ends.
+func leaseLostAmongMany(t *testing.T, client, raw redis.UniversalClient, n int) {
 	ctx := t.Context()
-	raw := srv.Client(t)
-	l := newLocker(t, srv.Client(t), locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
+	l := newLocker(t, client, locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
 	locks := make([]*locksmith.Lock, n)
 	leases := make([]context.Context, n)
 	keys := make([]string, n)
 	for i := range locks {
-		keys[i] = uniqueKey(t)
+		keys[i] = fmt.Sprintf("%s:%d", uniqueKey(t), i) // spread over the slots
 		lk, err := l.Obtain(ctx, keys[i])
 		require.NoError(t, err)
 		locks[i], leases[i] = lk, lk.Lease(ctx)
@@ -171,46 +181,6 @@ func TestLeaseLostAmongMany(t *testing.T) {
 			continue
 		}
 		require.NoError(t, leases[i].Err(), "lease %d", i)
-		require.NoError(t, lk.Release(ctx))
-	}
-}
-
-// TestClusterLeasesRenewedTogether: on Redis Cluster, leases of keys in
-// every slot's master are renewed together, one pipeline per master, and
-// a lock deleted on one master is lost while the others live on.
-func TestClusterLeasesRenewedTogether(t *testing.T) {
-	const n = 30
-	cl := redistest.SharedCluster(t)
-	ctx := t.Context()
-	raw := cl.Client(t)
-	l := newLocker(t, cl.Client(t), locksmith.WithTTL(time.Second), locksmith.WithRenewInterval(100*time.Millisecond))
-	locks := make([]*locksmith.Lock, n)
-	leases := make([]context.Context, n)
-	keys := make([]string, n)
-	for i := range locks {
-		keys[i] = fmt.Sprintf("%s:%d", uniqueKey(t), i) // spread over the slots
-		lk, err := l.Obtain(ctx, keys[i])
-		require.NoError(t, err)
-		locks[i], leases[i] = lk, lk.Lease(ctx)
-	}
-	require.NoError(t, raw.Del(ctx, plainNames(keys[0]).Lock).Err())
-	select {
-	case <-leases[0].Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the lease of the deleted lock did not end")
-	}
-	require.True(t, errors.Is(context.Cause(leases[0]), locksmith.ErrLockLost))
-	since := time.Now()
-	eventually(t, 5*time.Second, func() bool {
-		for _, lk := range locks[1:] {
-			if !lk.Deadline().After(since.Add(time.Second - 100*time.Millisecond)) {
-				return false
-			}
-		}
-		return true
-	}, "the other leases renewed")
-	for i, lk := range locks[1:] {
-		require.NoError(t, leases[i+1].Err())
 		require.NoError(t, lk.Release(ctx))
 	}
 }
