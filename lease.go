@@ -43,15 +43,14 @@ type leaseState struct {
 	// A lease renewed by its store's renewer (see renewer.go) instead of
 	// a goroutine of its own: batched while it is in the renewer's order
 	// or in a pipeline in flight (flight, closed when its result has
-	// been applied); stopParent stops the watch on parent that takes it
-	// out of the order when parent ends. due, slack and at (its index in
-	// the order, -1 when not there) are guarded by the renewer's mu.
-	batched    bool
-	flight     chan struct{}
-	stopParent func() bool
-	due        time.Time
-	slack      time.Duration
-	at         int
+	// been applied). A renewal whose parent has ended is not sent, and
+	// schedules no other. due, slack and at (its index in the order, -1
+	// when not there) are guarded by the renewer's mu.
+	batched bool
+	flight  chan struct{}
+	due     time.Time
+	slack   time.Duration
+	at      int
 }
 
 // leaseContext is a context Lease returned, with its cancel function.
@@ -85,11 +84,11 @@ type leaseContext struct {
 // order, and sends the renewals that fall due within a tenth of the
 // renewal interval (at most 50ms) of each other in one pipeline per
 // master, so a renewal may come that much early, never late. Thousands of
-// leases then cost one goroutine and one round trip per such window, not
-// one each; that goroutine runs while some lease does, and outlives Close
-// as the leases do. Quorums, sets, semaphores, read-write locks and locks
-// behind the restart guard renew each lease with a goroutine of its own,
-// started at its first renewal.
+// leases then cost no goroutine of their own (a timer's callback sends
+// the pipelines) and one round trip per such window, not one each; the
+// renewals go on after Close, as the leases do. Quorums, sets,
+// semaphores, read-write locks and locks behind the restart guard renew
+// each lease with a goroutine of its own, started at its first renewal.
 func (lk *Lock) Lease(ctx context.Context) context.Context {
 	lctx, _ := lk.leaseWithCancel(ctx)
 	return lctx
@@ -133,7 +132,8 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 // renewingLocked reports whether a renewal is scheduled or runs. lk.mu
 // must be held.
 func (lk *Lock) renewingLocked() bool {
-	return lk.lease.renewCancel != nil || lk.lease.firstRenewal != nil || lk.lease.batched
+	ls := lk.lease
+	return ls.renewCancel != nil || ls.firstRenewal != nil || (ls.batched && ls.parent.Err() == nil)
 }
 
 // batchRenewer returns the renewer that renews lk's leases with others
@@ -155,9 +155,12 @@ func (lk *Lock) startRenewalLocked(parent context.Context) {
 	ls := lk.lease
 	ls.parent = parent
 	if r := lk.batchRenewer(); r != nil {
-		ls.batched = true
-		r.schedule(lk, time.Now().Add(lk.untilRenewalLocked()), renewSlack(lk.cfg.renewInterval(lk.ttl)))
-		ls.stopParent = context.AfterFunc(parent, lk.parentEnded)
+		// (Still batched, for a parent that ended: the renewal in the
+		// order, or in flight, now serves the new one.)
+		if !ls.batched {
+			ls.batched = true
+			r.schedule(lk, time.Now().Add(lk.untilRenewalLocked()), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+		}
 		return
 	}
 	ls.firstPending.Add(1)
@@ -443,15 +446,6 @@ func (lk *Lock) unbatchLocked() {
 	}
 	ls.batched = false
 	lk.batchRenewer().remove(lk)
-	ls.stopParent()
-}
-
-// parentEnded stops the renewal of a lease renewed by its store's
-// renewer when the context of the Lease call that started it ends.
-func (lk *Lock) parentEnded() {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	lk.unbatchLocked()
 }
 
 // end marks the lock released and cancels its lease contexts.

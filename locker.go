@@ -35,9 +35,9 @@ const lostReleaseWait = time.Second
 // it waits on), read by a goroutine of its own; it closes that connection,
 // and stops the goroutine, about half a second after the last wait ends.
 // Close stops them at once and waits for them: call it when the Locker is
-// no longer needed, before closing the client. While leases of its locks
-// run, one goroutine renews them (see Lock.Lease); it stops when the last
-// of them ends, and, as the leases do, outlives Close.
+// no longer needed, before closing the client. The leases of its locks
+// are renewed by a timer's callback (see Lock.Lease), which, as the
+// leases do, outlives Close.
 type Locker struct {
 	store store
 	// extras serves semaphores, read-write locks, Once, Inspect and

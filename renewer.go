@@ -22,23 +22,25 @@ import (
 // renewal interval, at most 50ms; a renewal may come that much early,
 // never late) and sends their refreshes together, one pipeline per
 // master. So a process holding thousands of leases sends about one round
-// trip per window in which renewals fall due, not one per lease, and
-// keeps one goroutine for all of them, plus one per pipeline in flight.
+// trip per window in which renewals fall due, not one per lease.
 //
-// Each pipeline is sent by a goroutine of its own, so that a master that
-// is slow to answer delays only the leases it holds; each lease's result
-// is applied as its own renewal's would be (see Lock.renew): a lock found
-// gone is lost at once, a failed refresh is retried sooner, and the
-// watchdog of each lease, not its pipeline, declares it lost when its
-// validity runs out. A Lock whose lease is renewed here is in the
-// renewer's order (leaseState.at >= 0) or in a pipeline in flight
-// (leaseState.flight), never both; stopRenewal takes it out of the order
-// and waits for its pipeline, as it waits for a lease's goroutine.
+// The renewer has no goroutine of its own: a timer fires when the first
+// renewal falls due, and its callback (on a goroutine of the runtime's,
+// for that firing only) sends the first master's pipeline itself and
+// each other master's on a goroutine of its own, so that a master that is
+// slow to answer delays only the leases it holds. A lease released before
+// its first renewal, as most are, costs a place in the order and nothing
+// else. Each lease's result is applied as its own renewal's would be (see
+// Lock.renew): a lock found gone is lost at once, a failed refresh is
+// retried sooner, and the watchdog of each lease, not its pipeline,
+// declares it lost when its validity runs out. A Lock whose lease is
+// renewed here is in the renewer's order (leaseState.at >= 0) or in a
+// pipeline in flight (leaseState.flight), never both; stopRenewal takes
+// it out of the order and waits for its pipeline, as it waits for a
+// lease's goroutine: the leases own the goroutines that renew them.
 //
-// The renewer's goroutine runs while some lock is in its order, and
-// returns when none is: the last lease's end stops it. Quorums, sets,
-// semaphores and read-write holds, and locks with the restart guard, keep
-// a goroutine per lease (Lock.renew).
+// Quorums, sets, semaphores and read-write holds, and locks with the
+// restart guard, keep a goroutine per lease (Lock.renew).
 
 // renewAlone, set only by the benchmarks that compare the two designs
 // (BenchmarkLeasesAtScale), makes every lease renew with a goroutine of its
@@ -57,16 +59,13 @@ func renewSlack(interval time.Duration) time.Duration {
 type renewer struct {
 	topology
 
-	mu      sync.Mutex
-	order   renewOrder    // the locks waiting for their next renewal, earliest first
-	wake    chan struct{} // the first renewal changed, or the order emptied; room for one
-	running bool          // run is running (or about to)
-	runs    sync.WaitGroup
-	flights sync.WaitGroup
+	mu    sync.Mutex
+	order renewOrder  // the locks waiting for their next renewal, earliest first
+	timer *time.Timer // fires (fire) when the first of them falls due; nil until the first lease
 }
 
 func newRenewer(t topology) *renewer {
-	return &renewer{topology: t, wake: make(chan struct{}, 1)}
+	return &renewer{topology: t}
 }
 
 // renewOrder is a heap of locks by their next renewal (leaseState.due).
@@ -99,19 +98,15 @@ func (r *renewer) schedule(lk *Lock, due time.Time, slack time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ls := lk.lease
+	first := len(r.order) > 0 && r.order[0] == lk
 	ls.due, ls.slack = due, slack
 	if ls.at >= 0 {
 		heap.Fix(&r.order, ls.at)
 	} else {
 		heap.Push(&r.order, lk)
 	}
-	if r.order[0] == lk {
-		r.signal()
-	}
-	if !r.running {
-		r.running = true
-		r.runs.Add(1)
-		go r.run()
+	if first || r.order[0] == lk {
+		r.armLocked()
 	}
 }
 
@@ -121,47 +116,38 @@ func (r *renewer) remove(lk *Lock) {
 	defer r.mu.Unlock()
 	if at := lk.lease.at; at >= 0 {
 		heap.Remove(&r.order, at)
-		r.signal()
+		if at == 0 {
+			r.armLocked()
+		}
 	}
 }
 
-// signal wakes run to look at the order again. r.mu must be held.
-func (r *renewer) signal() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+// armLocked sets the timer for the first renewal in the order, or stops
+// it when there is none. r.mu must be held.
+func (r *renewer) armLocked() {
+	if len(r.order) == 0 {
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+		return
 	}
+	wait := time.Until(r.order[0].lease.due)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(wait, r.fire)
+		return
+	}
+	r.timer.Reset(wait)
 }
 
-// run sends the renewals as they fall due, until the order is empty.
-func (r *renewer) run() {
-	defer r.runs.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		r.mu.Lock()
-		if len(r.order) == 0 {
-			r.running = false
-			r.mu.Unlock()
-			return
-		}
-		wait := time.Until(r.order[0].lease.due)
-		r.mu.Unlock()
-		if wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-r.wake:
-				timer.Stop()
-				continue
-			}
-		}
-		r.send(r.takeDue(time.Now()))
-	}
+// fire sends the renewals due now, on the timer's goroutine, and sets the
+// timer for the next.
+func (r *renewer) fire() {
+	r.send(r.takeDue(time.Now()))
 }
 
 // takeDue takes out of the order the locks whose renewal may be sent at
-// now: those due by now plus their slack.
+// now: those due by now plus their slack; and sets the timer for the
+// first of the others.
 func (r *renewer) takeDue(now time.Time) []*Lock {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -180,6 +166,7 @@ func (r *renewer) takeDue(now time.Time) []*Lock {
 	for _, lk := range later {
 		heap.Push(&r.order, lk)
 	}
+	r.armLocked()
 	return due
 }
 
@@ -193,9 +180,10 @@ type renewal struct {
 	flight   chan struct{}
 }
 
-// send starts the renewals of locks, one pipeline per master, each sent
-// by a goroutine of its own. A lock whose lease ended or stopped since it
-// was taken from the order is left out.
+// send sends the renewals of locks, one pipeline per master: the first
+// on the calling goroutine (the timer's), each other on a goroutine of its
+// own, so that a slow master holds up no other's. A lock whose lease
+// ended or stopped since it was taken from the order is left out.
 func (r *renewer) send(locks []*Lock) {
 	if len(locks) == 0 {
 		return
@@ -220,15 +208,16 @@ func (r *renewer) send(locks []*Lock) {
 			latest = rn.deadline
 		}
 	}
-	for _, c := range order {
-		rns := groups[c]
-		r.flights.Add(1)
-		go func() {
-			defer r.flights.Done()
-			ctx, cancel := context.WithDeadline(context.Background(), latest)
-			defer cancel()
-			r.fly(ctx, c, rns)
-		}()
+	fly := func(c redis.UniversalClient) {
+		ctx, cancel := context.WithDeadline(context.Background(), latest)
+		defer cancel()
+		r.fly(ctx, c, groups[c])
+	}
+	for i := 1; i < len(order); i++ {
+		go fly(order[i])
+	}
+	if len(order) > 0 {
+		fly(order[0])
 	}
 }
 
