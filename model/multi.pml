@@ -4,11 +4,11 @@
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
 /* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
 /* check: safety */
-/* bug: BUG_SET_ARRIVAL_TIES safety */
-/* bug: BUG_SET_NO_ONE_ARRIVAL safety */
+/* bug: BUG_SET_ARRIVAL_TIES safety -DFAULTS=0 */
+/* bug: BUG_SET_NO_ONE_ARRIVAL safety -DFAULTS=0 */
 /* bug: HAZARD_LATE_RESEND safety */
-/* check: safety -DHAZARD_LATE_RESEND -DFIX_RESEND_HELD */
-/* bug: BUG_SET_RESEND_NO_LAPSE_CHECK safety -DHAZARD_LATE_RESEND -DFIX_RESEND_HELD */
+/* check: safety -DHAZARD_LATE_RESEND -DFIX_RESEND_HELD -DFAULTS=1 */
+/* bug: BUG_SET_RESEND_NO_LAPSE_CHECK safety -DHAZARD_LATE_RESEND -DFIX_RESEND_HELD -DFAULTS=1 */
 /*
  * Sets of locks (Locker.ObtainAll, multi.go; see NOTES-multi.md): two
  * sets, 0 and 1, each on both keys k0 and k1, and two single-key clients,
@@ -40,12 +40,13 @@
  * its retry slot, hold, release). Both retry at the end of each slot (a
  * tick) and when a release of a key they wait for is announced.
  *
- * Faults, one budget FAULTS: a set's attempt delivered twice (its reply
- * lost, go-redis sends it again; the second delivery lands later and its
- * reply is read), a reply lost without resend (an error: the set
- * withdraws), a ctx that ends while a set waits (it withdraws). By
- * default a resend lands before the entries its first delivery wrote can
- * lapse (LIFE); HAZARD_LATE_RESEND lifts that bound.
+ * Faults, one budget FAULTS (2 by default): a set's attempt delivered
+ * twice (its reply lost, go-redis sends it again; the second delivery
+ * lands later and its reply is read), a reply lost without resend (an
+ * error: the set withdraws), a ctx that ends while a set waits (it
+ * withdraws). By default a resend lands before the entries its first
+ * delivery wrote can lapse (LIFE: go-redis's read timeout, 3s, is under
+ * queueEntryLife, 5s); HAZARD_LATE_RESEND lifts that bound.
  *
  * Properties (assertions):
  *  - mutex (tick, grant): no key has two clients holding it before their
@@ -66,7 +67,12 @@
  * recognised: it takes a new arrival and skips the lapse check).
  * HAZARD_LATE_RESEND: a resend that lands after the first delivery's
  * entries lapsed deadlocks the scripts as they are (NOTES-multi.md,
- * Findings); FIX_RESEND_HELD models the fix proposed there.
+ * Findings): the first delivery queued the set, a key was handed to it,
+ * its entries lapsed and were dropped, and the resend, finding no entry
+ * of the set, takes a new arrival while the set holds that key.
+ * FIX_RESEND_HELD models the fix proposed there (a first attempt that
+ * finds a key holding its token answers lapsed); the scripts do not have
+ * it.
  */
 
 #define NSET 2
@@ -82,7 +88,7 @@
 #define TMAX 4
 #endif
 #ifndef FAULTS
-#define FAULTS 1
+#define FAULTS 2
 #endif
 #define MAXGEN 2                 /* tokens per set: one start over */
 
@@ -205,14 +211,15 @@ inline pop_entry(kk) {
   fi;
   x = 0;
   if
-  :: b > 0 && ISSET(tokc[b - 1]) -> hrec[kk] = arr   /* 34-36 ZADD q 0 'h:'..arrival (on a key
+  :: b > 0 && ISSET(tokc[b - 1]) -> hrec[kk] = arr   /* 35-37 ZADD q 0 'h:'..arrival (on a key
                                                      gone, a new one without expiry) */
   :: else -> skip
   fi;
   arr = 0
 }
 
-/* hand key kk on (pop_entry, SET token PX ttl, announce) or delete it (and announce '') */
+/* hand key kk on (multi_release.lua 63-73, lock_release.lua 51-61: pop_entry, SET token PX
+   ttl, announce) or delete it (75-76, 64-65: DEL, announce '') */
 inline hand_on(kk) {
   qempty(kk);
   if
@@ -263,7 +270,7 @@ inline multi_obtain(c) {
     :: else -> break
     od;
     if
-    :: oth == 0 ->                                /* 91-112 every key: SET, ZREM the entry */
+    :: oth == 0 ->                                /* 90-111 every key: SET PX, ZREM the entry */
        k = 0;
        do
        :: k < NK -> holder[k] = tokc[c]; kexp[k] = now + TTL; qrem(k, c); k++
@@ -275,7 +282,7 @@ inline multi_obtain(c) {
        arr = arrc[c];                             /* 118 */
 #ifndef BUG_SET_RESEND_NO_LAPSE_CHECK
        if
-       :: arr == 0 ->                             /* 119-131 a resend: the arrival its entries have */
+       :: arr == 0 ->                             /* 119-131 a resend: ZSCORE 'a:', the arrival its entries have */
           k = 0;
           do
           :: k < NK && !HAS(n, k) && qa[Q(k, c)] > 0 -> arr = qa[Q(k, c)]; break
@@ -287,7 +294,7 @@ inline multi_obtain(c) {
 #endif
        lap = 0; rtaken[c] = 0;
        k = 0;
-       do                                         /* 132-145 held, the lapse check */
+       do                                         /* 132-149 held, ZSCORE 'l:': the lapse check */
        :: k < NK ->
           if
           :: !HAS(n, k) ->
@@ -313,13 +320,13 @@ inline multi_obtain(c) {
        fi;
 #endif
        if
-       :: lap == 1 ->                             /* 147-149 nothing written */
+       :: lap == 1 ->                             /* 150-152 lapsed: nothing written */
           rlap[c] = true; rarr[c] = arr
        :: else ->
           rlap[c] = false;
 #ifndef BUG_SET_NO_ONE_ARRIVAL
           if
-          :: arr == 0 ->                          /* 150-168 now, raised above the 'h:' records */
+          :: arr == 0 ->                          /* 153-170 now, raised above the 'h:' records (ZRANGEBYSCORE 0 0) */
              arr = now;
 #ifndef BUG_SET_ARRIVAL_TIES
              k = 0;
@@ -337,7 +344,7 @@ inline multi_obtain(c) {
           :: else -> skip
           fi;
           k = 0;
-          do                                      /* 169-177 */
+          do                                      /* 172-180 */
           :: k < NK ->
              if
              :: HAS(n, k) -> kexp[k] = now + TTL              /* PEXPIRE */
@@ -399,7 +406,7 @@ inline multi_release(c, withdraw) {
   d_step {
     printf("t=%d set %d tok %d multi_release (withdraw %d)\n", now, c, tokc[c], withdraw);
     k = 0;
-    do                                            /* 48-50 ZREM the caller's entry; 51-71 each key owned */
+    do                                            /* 41-54 GET, EXISTS; 57-59 ZREM the caller's entry; 60-77 each key owned */
     :: k < NK ->
        if
        :: withdraw -> qrem(k, c)
