@@ -86,3 +86,52 @@ func TestSetResendKeepsArrival(t *testing.T) {
 		t.Fatalf("arrivals in the queues %v: a lapsed attempt queued the set again", got)
 	}
 }
+
+// TestSetLateResendStartsOver: the first queued attempt of a set, resent
+// so late that the entries its first delivery queued have lapsed and been
+// dropped, while a key was handed to the set meanwhile, is a lapsed
+// attempt that writes nothing: the set starts over (withdrawing, which
+// hands that key on) rather than queue again with a new arrival while it
+// holds the key, which let two sets each hold a key the other waited for
+// (found by model/multi.pml, BUG_RESEND_HELD_KEPT).
+func TestSetLateResendStartsOver(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	c := redis.NewClient(srv.Options())
+	t.Cleanup(func() { c.Close() })
+	l := New(c)
+	t.Cleanup(func() { l.Close() })
+	tag := uuid.NewString()
+	cfg := l.cfg
+	set := newLockSet([]string{"{" + tag + "}:a", "{" + tag + "}:b"}, &cfg)
+	for _, k := range set.lockKeys {
+		if err := c.Set(ctx, k.(string), "another", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := setToken(2)
+	req := setReq{token: token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS, mode: setQueues,
+		entry: queueEntry(cfg.ttlMS.(int64), false, token)}
+	first, err := l.extras.acquireSet(ctx, set, req)
+	if err != nil || first.ok || first.lapsed {
+		t.Fatalf("first queued attempt: %+v, %v; want refused, queued", first, err)
+	}
+	// Key b is handed to the set (its entry there goes), and the set's
+	// entry on a lapses and is dropped by a release of a.
+	if err := c.Set(ctx, set.lockKeys[1].(string), token, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range set.queues {
+		if err := c.ZRem(ctx, q.(string), "a:"+req.entry, "l:"+req.entry).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	late, err := l.extras.acquireSet(ctx, set, req)
+	if err != nil || !late.lapsed {
+		t.Fatalf("the late resend: %+v, %v; want lapsed", late, err)
+	}
+	if n, err := c.ZCard(ctx, set.queues[0].(string)).Result(); err != nil || n != 0 {
+		t.Fatalf("the queue of a holds %d members (%v): the late resend queued the set again", n, err)
+	}
+}

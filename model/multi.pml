@@ -1,4 +1,4 @@
-/* mirrors: scripts/multi_obtain.lua f11f81b52516292c170dcd0619ea060d4bb8784a */
+/* mirrors: scripts/multi_obtain.lua 1ca873135f2114d62dc95bb9a33496cd9c9edbe3 */
 /* mirrors: scripts/multi_release.lua ddf1e287dc4ffb52332c37003a2de36e02e0d013 */
 /* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
@@ -6,9 +6,9 @@
 /* check: safety */
 /* bug: BUG_SET_ARRIVAL_TIES safety -DFAULTS=0 */
 /* bug: BUG_SET_NO_ONE_ARRIVAL safety -DFAULTS=0 */
-/* bug: HAZARD_LATE_RESEND safety */
-/* check: safety -DHAZARD_LATE_RESEND -DFIX_RESEND_HELD -DFAULTS=1 */
-/* bug: BUG_SET_RESEND_NO_LAPSE_CHECK safety -DHAZARD_LATE_RESEND -DFIX_RESEND_HELD -DFAULTS=1 */
+/* check: safety -DHAZARD_LATE_RESEND -DFAULTS=1 */
+/* bug: BUG_RESEND_HELD_KEPT safety -DHAZARD_LATE_RESEND */
+/* bug: BUG_SET_RESEND_NO_LAPSE_CHECK safety -DHAZARD_LATE_RESEND -DFAULTS=1 */
 /*
  * Sets of locks (Locker.ObtainAll, multi.go; see NOTES-multi.md): two
  * sets, 0 and 1, each on both keys k0 and k1, and two single-key clients,
@@ -64,15 +64,13 @@
  * arrival = now, without the 'h:' raise), BUG_SET_NO_ONE_ARRIVAL (each
  * queue raised on its own: the entries of one set with different
  * arrivals), BUG_SET_RESEND_NO_LAPSE_CHECK (a resent first attempt is not
- * recognised: it takes a new arrival and skips the lapse check).
- * HAZARD_LATE_RESEND: a resend that lands after the first delivery's
- * entries lapsed deadlocks the scripts as they are (NOTES-multi.md,
- * Findings): the first delivery queued the set, a key was handed to it,
- * its entries lapsed and were dropped, and the resend, finding no entry
- * of the set, takes a new arrival while the set holds that key.
- * FIX_RESEND_HELD models the fix proposed there (a first attempt that
- * finds a key holding its token answers lapsed); the scripts do not have
- * it.
+ * recognised: it takes a new arrival and skips the lapse check), and
+ * BUG_RESEND_HELD_KEPT (the scripts before this model: a resend that
+ * lands after the first delivery's entries lapsed, finding no entry of
+ * the set but a key handed to it, took a new arrival while the set held
+ * that key, and deadlocked two sets; found by this model, NOTES-multi.md
+ * Findings; now such an attempt answers lapsed and the set starts over).
+ * HAZARD_LATE_RESEND lets a resend land that late.
  */
 
 #define NSET 2
@@ -259,7 +257,7 @@ inline multi_obtain(c) {
   d_step {
     oth = 0; n = 0;
     k = 0;
-    do                                            /* 78-89 GET every key */
+    do                                            /* 80-91 GET every key */
     :: k < NK ->
        if
        :: holder[k] == tokc[c] -> n = n | (1 << k)
@@ -270,7 +268,7 @@ inline multi_obtain(c) {
     :: else -> break
     od;
     if
-    :: oth == 0 ->                                /* 90-111 every key: SET PX, ZREM the entry */
+    :: oth == 0 ->                                /* 92-113 every key: SET PX, ZREM the entry */
        k = 0;
        do
        :: k < NK -> holder[k] = tokc[c]; kexp[k] = now + TTL; qrem(k, c); k++
@@ -279,10 +277,10 @@ inline multi_obtain(c) {
        rwon[c] = true; rmine[c] = n; rtaken[c] = 0; rlap[c] = false; rarr[c] = 0
     :: else ->
        rwon[c] = false; rmine[c] = n;
-       arr = arrc[c];                             /* 118 */
+       arr = arrc[c];                             /* 120 */
 #ifndef BUG_SET_RESEND_NO_LAPSE_CHECK
        if
-       :: arr == 0 ->                             /* 119-131 a resend: ZSCORE 'a:', the arrival its entries have */
+       :: arr == 0 ->                             /* 121-133 a resend: ZSCORE 'a:', the arrival its entries have */
           k = 0;
           do
           :: k < NK && !HAS(n, k) && qa[Q(k, c)] > 0 -> arr = qa[Q(k, c)]; break
@@ -294,7 +292,7 @@ inline multi_obtain(c) {
 #endif
        lap = 0; rtaken[c] = 0;
        k = 0;
-       do                                         /* 132-149 held, ZSCORE 'l:': the lapse check */
+       do                                         /* 134-151 held, ZSCORE 'l:': the lapse check */
        :: k < NK ->
           if
           :: !HAS(n, k) ->
@@ -311,22 +309,24 @@ inline multi_obtain(c) {
           k++
        :: else -> break
        od;
-#ifdef FIX_RESEND_HELD
-       /* the proposed fix: a first attempt that finds a key holding its
-          token is a resend whose entries are gone: it has lost its place */
+#ifndef BUG_RESEND_HELD_KEPT
+       /* 152-159: a first attempt that finds a key holding its token is a
+          resend whose entries are gone: it has lost its place (before the
+          fix, BUG_RESEND_HELD_KEPT, it queued again with a new arrival
+          while it held that key) */
        if
        :: arr == 0 && n != 0 -> lap = 1
        :: else -> skip
        fi;
 #endif
        if
-       :: lap == 1 ->                             /* 150-152 lapsed: nothing written */
+       :: lap == 1 ->                             /* 160-162 lapsed: nothing written */
           rlap[c] = true; rarr[c] = arr
        :: else ->
           rlap[c] = false;
 #ifndef BUG_SET_NO_ONE_ARRIVAL
           if
-          :: arr == 0 ->                          /* 153-170 now, raised above the 'h:' records (ZRANGEBYSCORE 0 0) */
+          :: arr == 0 ->                          /* 163-180 now, raised above the 'h:' records (ZRANGEBYSCORE 0 0) */
              arr = now;
 #ifndef BUG_SET_ARRIVAL_TIES
              k = 0;
@@ -344,7 +344,7 @@ inline multi_obtain(c) {
           :: else -> skip
           fi;
           k = 0;
-          do                                      /* 172-180 */
+          do                                      /* 182-190 */
           :: k < NK ->
              if
              :: HAS(n, k) -> kexp[k] = now + TTL              /* PEXPIRE */

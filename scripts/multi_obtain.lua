@@ -44,7 +44,9 @@
 -- entries has lapsed or is gone from the queue of a key it does not hold:
 -- its place is lost there (it waited too long without renewing, or a key
 -- handed to it expired), so the caller must withdraw and start over;
--- nothing is written then. So every entry of a set has the same arrival
+-- nothing is written then. It is 1 too for a first queued attempt that
+-- finds no entry of the caller's but a key holding its token: a resend
+-- that landed after the entries of its first delivery lapsed. So every entry of a set has the same arrival
 -- in every queue, which orders two sets the same way in every queue they
 -- share (by arrival, then by entry): a release hands a key to the earlier
 -- set first, and a set that queues for a key held by a waiting set
@@ -147,6 +149,14 @@ for i = 1, n do
   end
 end
 held = table.concat(held)
+if arrival == 0 and string.find(held, '1', 1, true) then
+  -- A first queued attempt that finds a key holding its token is a
+  -- resend whose first delivery queued the set, a key was handed to it,
+  -- and its entries have lapsed and been dropped since (a resend can land
+  -- seconds late): the set has lost its place, and must start over
+  -- rather than queue again with a new arrival while it holds that key.
+  lapsed = 1
+end
 if lapsed == 1 then
   return {other, pttl, arrival, held, 1, holders[other]}
 end
