@@ -243,26 +243,37 @@ func (lk *Lock) renew(ctx context.Context, cancel context.CancelFunc, done chan 
 		case <-timer.C:
 		}
 		err := lk.renewOnce(ctx)
-		if lk.obs != nil && ctx.Err() == nil {
-			// (A renewal cut short by its context is no failure: the
-			// lease or the lock ended.)
-			lk.lockEvent(EventRenewal, err)
-		}
-		switch {
-		case err == nil:
-			timer.Reset(lk.untilRenewal())
-		case errors.Is(err, ErrNotHeld):
-			lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.name()))
+		next, more := lk.settleRenewal(err, ctx.Err() != nil)
+		if !more {
 			return
-		case ctx.Err() != nil:
-			return
-		default:
-			lk.mu.Lock()
-			lk.lease.lastErr = err
-			lk.mu.Unlock()
-			timer.Reset(max(lk.renewInterval()/4, time.Millisecond))
 		}
+		timer.Reset(next)
 	}
+}
+
+// settleRenewal reports the result of a renewal, err (nil: renewed), to
+// the observer, unless ended says the lease's context ended (a renewal
+// cut short so is no failure), and applies it: a lock found gone is lost;
+// another failure is kept for the cause the watchdog gives. It returns
+// how long until the next renewal, sooner after a failure, and false
+// when renewal stops.
+func (lk *Lock) settleRenewal(err error, ended bool) (time.Duration, bool) {
+	if lk.obs != nil && !ended {
+		lk.lockEvent(EventRenewal, err)
+	}
+	switch {
+	case err == nil:
+		return lk.untilRenewal(), true
+	case errors.Is(err, ErrNotHeld):
+		lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.name()))
+		return 0, false
+	case ended:
+		return 0, false
+	}
+	lk.mu.Lock()
+	lk.lease.lastErr = err
+	lk.mu.Unlock()
+	return max(lk.renewInterval()/4, time.Millisecond), true
 }
 
 // refresh resets the lock's TTL to ttl, with drift the allowance for it,
@@ -276,7 +287,13 @@ func (lk *Lock) refresh(ctx context.Context, ttl, drift time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("locksmith: refresh %q: %w", lk.name(), err)
 	}
-	if !ok {
+	return lk.applyRefresh(start, ttl, drift, ok)
+}
+
+// applyRefresh applies a refresh to ttl, with drift the allowance for
+// it, sent at start, that found the lock holding the token (held) or not.
+func (lk *Lock) applyRefresh(start time.Time, ttl, drift time.Duration, held bool) error {
+	if !held {
 		return lk.notHeld()
 	}
 	lk.mu.Lock()

@@ -1,6 +1,7 @@
 package locksmith
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -18,31 +19,36 @@ import (
 // taken), it is a lapsed attempt that writes nothing, so the set starts
 // over: a set never has entries of two arrivals, which could order two
 // sets differently in two queues and deadlock them.
-func TestSetResendKeepsArrival(t *testing.T) {
+// takenSet returns a Locker on a real server, a set of two keys both held
+// by another token, and the request of the set's queued attempts.
+func takenSet(t *testing.T) (*redis.Client, *Locker, *lockSet, setReq) {
 	srv := redistest.Shared(t)
-	ctx := t.Context()
 	c := redis.NewClient(srv.Options())
 	t.Cleanup(func() { c.Close() })
 	l := New(c)
 	t.Cleanup(func() { l.Close() })
 	tag := uuid.NewString()
-	keys := []string{"{" + tag + "}:a", "{" + tag + "}:b"}
 	cfg := l.cfg
-	set := newLockSet(keys, &cfg)
+	set := newLockSet([]string{"{" + tag + "}:a", "{" + tag + "}:b"}, &cfg)
 	for _, k := range set.lockKeys {
-		if err := c.Set(ctx, k.(string), "another", time.Minute).Err(); err != nil {
+		if err := c.Set(t.Context(), k.(string), "another", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	token := setToken(len(keys))
-	req := setReq{token: token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS, mode: setQueues,
+	token := setToken(2)
+	return c, l, set, setReq{token: token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS, mode: setQueues,
 		entry: queueEntry(cfg.ttlMS.(int64), false, token)}
+}
+
+func TestSetResendKeepsArrival(t *testing.T) {
+	ctx := t.Context()
+	c, l, set, req := takenSet(t)
 	arrivals := func() []float64 {
 		t.Helper()
 		var got []float64
 		for _, q := range set.queues {
 			s, err := c.ZScore(ctx, q.(string), "a:"+req.entry).Result()
-			if err == redis.Nil {
+			if errors.Is(err, redis.Nil) {
 				continue
 			}
 			if err != nil {
@@ -95,23 +101,9 @@ func TestSetResendKeepsArrival(t *testing.T) {
 // holds the key, which let two sets each hold a key the other waited for
 // (found by model/multi.pml, BUG_RESEND_HELD_KEPT).
 func TestSetLateResendStartsOver(t *testing.T) {
-	srv := redistest.Shared(t)
 	ctx := t.Context()
-	c := redis.NewClient(srv.Options())
-	t.Cleanup(func() { c.Close() })
-	l := New(c)
-	t.Cleanup(func() { l.Close() })
-	tag := uuid.NewString()
-	cfg := l.cfg
-	set := newLockSet([]string{"{" + tag + "}:a", "{" + tag + "}:b"}, &cfg)
-	for _, k := range set.lockKeys {
-		if err := c.Set(ctx, k.(string), "another", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	token := setToken(2)
-	req := setReq{token: token, ttlMS: cfg.ttlMS, fenceTTLMS: cfg.fenceTTLMS, mode: setQueues,
-		entry: queueEntry(cfg.ttlMS.(int64), false, token)}
+	c, l, set, req := takenSet(t)
+	token := req.token.(string)
 	first, err := l.extras.acquireSet(ctx, set, req)
 	if err != nil || first.ok || first.lapsed {
 		t.Fatalf("first queued attempt: %+v, %v; want refused, queued", first, err)

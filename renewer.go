@@ -214,6 +214,9 @@ func (r *renewer) send(locks []*Lock) {
 		r.fly(ctx, c, groups[c])
 	}
 	for i := 1; i < len(order); i++ {
+		// Owned by the leases it renews: each one's stopRenewal (and so
+		// Release) waits for it, on the renewal's flight channel, and it
+		// ends by the latest of their deadlines.
 		go fly(order[i])
 	}
 	if len(order) > 0 {
@@ -291,56 +294,29 @@ func (lk *Lock) boardRenewal() (renewal, bool) {
 		return renewal{}, false
 	}
 	ls.flight = make(chan struct{})
-	rn := renewal{lk: lk, ttl: lk.ttl, deadline: lk.deadline, flight: ls.flight}
-	rn.args = refreshLua.prepare([]any{nil, nil, 1, lk.ref.lockKey, lk.ref.token, lk.ttl.Milliseconds()})
-	if lk.ref.leader != "" {
-		rn.args = refreshLua.prepare([]any{nil, nil, 2, lk.ref.lockKey, lk.ref.leader, lk.ref.token, lk.ttl.Milliseconds()})
-	}
-	return rn, true
+	return renewal{lk: lk, ttl: lk.ttl, deadline: lk.deadline, flight: ls.flight, args: refreshArgs(lk.ref, lk.ttl)}, true
 }
 
 // landRenewal applies the result of lk's renewal sent at start: held
-// (the refresh found the token) or err, as Lock.renew applies a refresh's,
-// and schedules the next renewal unless the lease ended or stopped.
+// (the refresh found the token) or err, as a lease's own goroutine
+// applies a refresh's (applyRefresh, settleRenewal), and schedules the
+// next renewal unless the lease ended or stopped.
 func (lk *Lock) landRenewal(rn renewal, start time.Time, held bool, err error) {
+	if err == nil {
+		err = lk.applyRefresh(start, rn.ttl, lk.cfg.driftFor(rn.ttl), held)
+	}
 	lk.mu.Lock()
 	ls := lk.lease
-	parentDone := ls.parent.Err() != nil
-	if err == nil && !held {
-		err = lk.notHeld()
-	}
-	if err == nil && lk.lost != nil {
-		err = fmt.Errorf("%w: %w", ErrNotHeld, lk.lost)
-	}
-	if err == nil && !lk.released {
-		lk.deadline = start.Add(rn.ttl - lk.cfg.driftFor(rn.ttl))
-		if rn.ttl != lk.ttl {
-			// Refresh changed the TTL while this renewal was in flight:
-			// the key now has the renewal's, and so has the handle.
-			lk.ttl = rn.ttl
-			ls.watchdog.Reset(lk.untilWatchdogLocked())
-		}
-	}
+	ended := ls.parent.Err() != nil
 	lk.mu.Unlock()
-	if lk.obs != nil && !parentDone {
-		lk.lockEvent(EventRenewal, err)
-	}
-	if errors.Is(err, ErrNotHeld) && !parentDone {
-		lk.lose(fmt.Errorf("%w: renewal found %q expired or held by another owner", ErrLockLost, lk.name()))
-	}
+	next, more := lk.settleRenewal(err, ended)
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	ls.flight = nil
 	close(rn.flight)
-	if !ls.batched || ls.stopped || lk.released || lk.lost != nil || ls.parent.Err() != nil {
+	if !more || !ls.batched || ls.stopped || lk.released || lk.lost != nil || ls.parent.Err() != nil {
 		ls.batched = false
 		return
 	}
-	every := lk.cfg.renewInterval(lk.ttl)
-	due := time.Now().Add(lk.untilRenewalLocked())
-	if err != nil {
-		ls.lastErr = err
-		due = time.Now().Add(max(every/4, time.Millisecond))
-	}
-	lk.store.(redisStore).renewer.schedule(lk, due, renewSlack(every))
+	lk.batchRenewer().schedule(lk, time.Now().Add(next), renewSlack(lk.cfg.renewInterval(lk.ttl)))
 }

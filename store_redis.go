@@ -307,12 +307,17 @@ func (s redisStore) refresh(ctx context.Context, ref lockRef, ttl time.Duration)
 
 // refreshUnguarded is refresh without the restart guard.
 func (s redisStore) refreshUnguarded(ctx context.Context, ref lockRef, ttl time.Duration) (bool, error) {
-	args := []any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()}
-	if ref.leader != "" {
-		args = []any{nil, nil, 2, ref.lockKey, ref.leader, ref.token, ttl.Milliseconds()}
-	}
-	res, err := refreshLua.run(ctx, s.client, args).Int64()
+	res, err := refreshLua.send(ctx, s.client, refreshArgs(ref, ttl)).Int64()
 	return res == 1, err
+}
+
+// refreshArgs lays out lock_refresh.lua's arguments for ref with ttl,
+// prepared for refreshLua.send (or a pipeline: see renewer.go).
+func refreshArgs(ref lockRef, ttl time.Duration) []any {
+	if ref.leader != "" {
+		return refreshLua.prepare([]any{nil, nil, 2, ref.lockKey, ref.leader, ref.token, ttl.Milliseconds()})
+	}
+	return refreshLua.prepare([]any{nil, nil, 1, ref.lockKey, ref.token, ttl.Milliseconds()})
 }
 
 func (s redisStore) confirm(ctx context.Context, ref lockRef, ttl time.Duration) (bool, int64, error) {
