@@ -76,10 +76,10 @@ func TestObtainHeldTryOnce(t *testing.T) {
 		cnt.reset()
 		_, err = other.Obtain(ctx, key)
 		require.ErrorIs(t, err, locksmith.ErrNotObtained)
-		// One attempt, one command: the try script, which answers the
-		// holder's token, so that a resend of this call's own SET is
-		// told from another holder.
-		require.Equal(t, []string{"evalsha"}, cnt.all(), "NoRetry tries exactly once")
+		// One attempt: SET NX PX, refused, then a GET of the holder's
+		// token, so that a resend of this call's own SET is told from
+		// another holder.
+		require.Equal(t, []string{"set", "get"}, cnt.all(), "NoRetry tries exactly once")
 		require.NoError(t, other.WithLock(ctx, key+":other", func(context.Context) error { return nil }))
 	})
 }

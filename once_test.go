@@ -405,7 +405,7 @@ func TestOnceRoundTrips(t *testing.T) {
 		ran, err := l.Once(ctx, key, job)
 		require.True(t, ran)
 		require.NoError(t, err)
-		require.Equal(t, []string{"get", "evalsha", "get", "evalsha"}, cnt.names,
+		require.Equal(t, []string{"get", "set", "get", "evalsha"}, cnt.names,
 			"read the record, obtain, read it again, complete")
 
 		cnt.reset()

@@ -205,10 +205,11 @@ const (
 	// scripted runs the acquire script: one round trip that reports the
 	// holder's TTL when the lock is taken.
 	scripted acquireMode = iota
-	// plainOnce runs lock_try.lua: SET NX PX and, when the key is taken, the
+	// plainOnce sends SET NX PX and, when the key is taken, reads the
 	// holder's token, which tells a resend of this very call from another
-	// holder, in one round trip, but not the holder's TTL; for callers
-	// that will not wait.
+	// holder: one cheap round trip for a free lock, two for a taken one
+	// (one on a quorum, which runs lock_try.lua, both in one script); it
+	// does not learn the holder's TTL. For callers that will not wait.
 	plainOnce
 	// plainFirst sends SET NX PX and, when the key is taken, the script:
 	// one cheap round trip for a free lock, two for a taken one; for the

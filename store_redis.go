@@ -123,17 +123,45 @@ func queuedReply(v any, err error) (acquireRes, error) {
 	return acquireRes{}, fmt.Errorf("unexpected reply from the acquire script: %v", v)
 }
 
-// acquireOnce runs lock_try.lua, one command that takes a free lock or names
-// its holder. A holder with the caller's token is a resend of this very
-// call (go-redis resends a command after a dropped connection, and the
-// first delivery may have taken the lock): the lock is the caller's.
+// acquireOnce takes a free lock with SET NX PX, the cheapest command
+// there is for it: no script runs on the server, and no reply is nil. When
+// the key is taken it reads the holder's token with GET: one holding the
+// caller's token is a resend of this very call (go-redis resends a command
+// after a dropped connection, and the first delivery may have taken the
+// lock), and the lock is the caller's. So a free lock costs one round trip
+// and a taken one two.
 //
-// An error reply is not marked as landed: the script writes only with its
-// first command, whose success it answers at once, so a reply that is an
-// error means that it wrote nothing, as for a single command (see
-// mayHaveLanded).
+// An error reply to the SET means it did nothing (see mayHaveLanded); an
+// error of the GET is marked as landed, as a resent SET may have taken the
+// lock before the one that answered nil.
 func (s redisStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes, error) {
-	return s.tryUnguarded(ctx, req, tryArgs(req))
+	if taken, err := s.setFree(ctx, req); taken || err != nil {
+		return acquireRes{ok: taken}, err
+	}
+	cmd := redis.NewStringCmd(ctx, "get", req.lockKey)
+	_ = s.client.Process(ctx, cmd)
+	switch holder, err := cmd.Result(); {
+	case err == nil && holder == req.token:
+		return acquireRes{ok: true}, nil
+	case err != nil && !errors.Is(err, redis.Nil):
+		return acquireRes{}, landedError{err}
+	}
+	return acquireRes{holderTTL: -1}, nil
+}
+
+// setFree sends SET NX PX for req and reports whether it took the lock; a
+// nil reply (the key is taken) is no error.
+func (s redisStore) setFree(ctx context.Context, req acquireReq) (bool, error) {
+	cmd := redis.NewStatusCmd(ctx, "set", req.lockKey, req.token, "px", req.ttlMS, "nx")
+	_ = s.client.Process(ctx, cmd)
+	switch err := cmd.Err(); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	default:
+		return false, err
+	}
 }
 
 // tryArgs lays out lock_try.lua's arguments for req, for tryLua.send.
@@ -141,8 +169,16 @@ func tryArgs(req acquireReq) []any {
 	return tryLua.prepare([]any{nil, nil, 1, req.lockKey, req.token, req.ttlMS})
 }
 
-// tryOnce is acquireOnce with lock_try.lua's arguments for req laid out by
-// tryArgs, which it only reads: the masters of a quorum share them.
+// tryOnce runs lock_try.lua, one command that takes a free lock or names
+// its holder, with its arguments for req laid out by tryArgs, which it
+// only reads: the masters of a quorum share them. As in acquireOnce, a
+// holder with the caller's token is a resend of this very call. A quorum
+// asks each master once, at once: one round trip, taken or not.
+//
+// An error reply is not marked as landed: the script writes only with its
+// first command, whose success it answers at once, so a reply that is an
+// error means that it wrote nothing, as for a single command (see
+// mayHaveLanded).
 func (s redisStore) tryOnce(ctx context.Context, req acquireReq, args []any) (acquireRes, error) {
 	if s.guard == nil {
 		return s.tryUnguarded(ctx, req, args)
@@ -180,13 +216,8 @@ func (s redisStore) tryUnguarded(ctx context.Context, req acquireReq, args []any
 // call (a resend whose first delivery took it) and reports the holder's
 // TTL.
 func (s redisStore) acquireFirst(ctx context.Context, req acquireReq) (acquireRes, error) {
-	cmd := redis.NewStatusCmd(ctx, "set", req.lockKey, req.token, "px", req.ttlMS, "nx")
-	_ = s.client.Process(ctx, cmd)
-	switch err := cmd.Err(); {
-	case err == nil:
-		return acquireRes{ok: true}, nil
-	case !errors.Is(err, redis.Nil):
-		return acquireRes{}, err
+	if taken, err := s.setFree(ctx, req); taken || err != nil {
+		return acquireRes{ok: taken}, err
 	}
 	req.mode = scripted
 	return s.acquireUnguarded(ctx, req)

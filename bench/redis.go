@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -156,17 +157,27 @@ type counters struct {
 	// calls is the sum of calls over INFO commandstats; commands that a
 	// script runs with redis.call count too.
 	calls int64
+	// cpu is the server process's CPU time, used_cpu_sys plus
+	// used_cpu_user, in µs: the commands, and the sockets, the event loop
+	// and whatever else the server did for them.
+	cpu int64
+	// usec is the sum of usec over INFO commandstats: the time inside the
+	// commands alone (a script's own commands count in the script's time
+	// and again in their own line, so this over-counts scripts a little).
+	usec int64
 }
 
 func (c *counters) add(o counters) {
 	c.reads += o.reads
 	c.calls += o.calls
+	c.cpu += o.cpu
+	c.usec += o.usec
 }
 
 // readCounters takes one INFO snapshot. The INFO call itself shows up as
 // one read in its own snapshot and as one call in the next one: see sub.
 func readCounters(ctx context.Context, c *redis.Client) (counters, error) {
-	info, err := c.Info(ctx, "stats", "commandstats").Result()
+	info, err := c.Info(ctx, "stats", "cpu", "commandstats").Result()
 	if err != nil {
 		return counters{}, fmt.Errorf("INFO: %w", err)
 	}
@@ -177,6 +188,11 @@ func readCounters(ctx context.Context, c *redis.Client) (counters, error) {
 		switch {
 		case strings.HasPrefix(line, "total_reads_processed:"):
 			cs.reads, err = strconv.ParseInt(strings.TrimPrefix(line, "total_reads_processed:"), 10, 64)
+		case strings.HasPrefix(line, "used_cpu_sys:"), strings.HasPrefix(line, "used_cpu_user:"):
+			_, v, _ := strings.Cut(line, ":")
+			var secs float64
+			secs, err = strconv.ParseFloat(v, 64)
+			cs.cpu += int64(math.Round(secs * 1e6))
 		case strings.HasPrefix(line, "cmdstat_"):
 			// cmdstat_set:calls=12,usec=34,...
 			_, fields, _ := strings.Cut(line, ":")
@@ -184,6 +200,11 @@ func readCounters(ctx context.Context, c *redis.Client) (counters, error) {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					n, perr := strconv.ParseInt(v, 10, 64)
 					cs.calls += n
+					err = errors.Join(err, perr)
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, perr := strconv.ParseInt(v, 10, 64)
+					cs.usec += n
 					err = errors.Join(err, perr)
 				}
 			}
@@ -198,7 +219,7 @@ func readCounters(ctx context.Context, c *redis.Client) (counters, error) {
 // sub returns what the clients under test sent between the snapshots a
 // and b, less the one read and one call of the INFO that took b and a.
 func (b counters) sub(a counters) counters {
-	return counters{reads: b.reads - a.reads - 1, calls: b.calls - a.calls - 1}
+	return counters{reads: b.reads - a.reads - 1, calls: b.calls - a.calls - 1, cpu: b.cpu - a.cpu, usec: b.usec - a.usec}
 }
 
 // loopbackRTT returns the median time of n PINGs sent one after another

@@ -1,7 +1,6 @@
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
 /* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
 /* mirrors: scripts/lock_confirm.lua e0f9796e6fa2fc1486f92bc728212b2fe01c2169 */
-/* mirrors: scripts/lock_try.lua 45de2791c3d5702fa84517e8844ce26a74bcd922 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
 /* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */
@@ -70,7 +69,7 @@
  *  - refused_clean (confirm): a script refused by Redis wrote nothing.
  *
  * -DTRYONCE: client 1 makes an unfenced try-once call instead
- * (NoRetry: lock_try.lua, tryOnce), and its release, without the fence
+ * (NoRetry: acquireOnce's SET NX PX, then GET when taken), and its release, without the fence
  * key, drops the fenced entries (lib_queue.lua 34). Before the fix of
  * internal/notify found here (BUG_WAKE_USED_BY_INFLIGHT), free_taken
  * failed there: the announcement of that plain release, heard while the
@@ -107,7 +106,7 @@
 
 #define LOCKER(i) ((i) < 2 -> 0 : 1)
 #ifdef TRYONCE
-#define FENCED(i) ((i) != 1)   /* client 1 makes an unfenced try-once call (lock_try.lua) */
+#define FENCED(i) ((i) != 1)   /* client 1 makes an unfenced try-once call (acquireOnce) */
 #else
 #define FENCED(i) true
 #endif
@@ -575,20 +574,15 @@ inline cleanup(i) {
   rres = 0
 }
 
-/* lock_try.lua and tryOnce's reading of its reply, for client i */
-inline trylua(i) {
+/* acquireOnce's SET NX PX (store_redis.go), for client i: R_LOST stands
+   for its nil reply, the key is taken */
+inline trysetnx(i) {
   if
-  :: refuse > 0 -> refuse--; rres = R_ERR         /* 10 SET refused (OOM): nothing written */
+  :: refuse > 0 -> refuse--; rres = R_ERR         /* SET refused (OOM): nothing written */
   :: true ->
      if
-     :: holder == 0 -> holder = i + 1; lexp = TTL; rres = R_OK   /* 10-11 SET NX PX */
-     :: holder != 0 ->                            /* 13 GET: the holder's token */
-        rh = holder;
-#ifndef BUG_TRY_NOT_RESEND_SAFE
-        rres = (rh == i + 1 -> R_OK : R_LOST)     /* the caller's own: a resend took it */
-#else
-        rres = R_LOST
-#endif
+     :: holder == 0 -> holder = i + 1; lexp = TTL; rres = R_OK
+     :: holder != 0 -> rres = R_LOST
      fi
   fi
 }
@@ -741,11 +735,11 @@ attempt:
   od;
 #ifdef TRYONCE
 tryonce:
-  /* acquireOnce: lock_try.lua (tryOnce), settle */
+  /* acquireOnce (store_redis.go): SET NX PX; when it answers nil, GET */
   do
   :: atomic {
        !paused[i] && rs != 1 ->
-       trylua(i);
+       trysetnx(i);
        if
        :: resend > 0 -> resend--; rs = 2; paused[i] = true
        :: true -> rs = 1
@@ -757,13 +751,27 @@ tryonce:
        if
        :: rres == R_OK && pdl[i] > 0 -> grant(i, 0, pdl[i]); rres = 0; goto hold
        :: rres == R_OK && pdl[i] == 0 -> goto clean      /* past its validity */
-       :: rres == R_LOST ->
-          assert(rh != i + 1);                   /* not_lost_to_self */
-          goto done                              /* busy: held by another */
+       :: rres == R_LOST -> break                   /* taken: read its holder */
        :: rres == R_ERR -> goto done             /* an error reply: not landed */
        fi
      }
   od;
+  /* the GET, a request of its own: anything may have happened since the
+     SET (a pause, ticks, releases, other takers) */
+  atomic {
+    !paused[i] ->
+    rres = 0;
+    rh = holder;
+#ifndef BUG_TRY_NOT_RESEND_SAFE
+    if
+    :: rh == i + 1 && pdl[i] > 0 -> rh = 0; grant(i, 0, pdl[i]); goto hold   /* a resend took it */
+    :: rh == i + 1 && pdl[i] == 0 -> goto clean
+    :: else -> skip
+    fi;
+#endif
+    assert(rh != i + 1);                   /* not_lost_to_self */
+    goto done                              /* busy: held by another, or freed since */
+  }
 #endif
 wait:
   /* TakeHandoff, Plan: no step of its own until there is something to do */

@@ -1,5 +1,4 @@
 /* mirrors: scripts/once_complete.lua 1f62dbd527e9237eda2a3e9c6acda8bd7990a81f */
-/* mirrors: scripts/lock_try.lua 45de2791c3d5702fa84517e8844ce26a74bcd922 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
 /* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
 /* check: safety */
@@ -17,7 +16,8 @@
  * A client calls Once at a time of its choosing: it reads the completion
  * record (GET) and returns "done" if there is one; otherwise it takes the
  * lock the way a try-once call does (the default retry strategy, NoRetry:
- * lock_try.lua), checks that the reply came within the validity (settle in
+ * acquireOnce in store_redis.go, SET NX PX and, when that answers nil, GET
+ * in a request of its own), checks that the reply came within the validity (settle in
  * attempt.go: otherwise deleteIfOwned and ErrLockLost), reads the record
  * again (a holder before it may just have completed: errAlreadyDone, then
  * Release), runs fn under a lease (renewed with lock_refresh.lua when one
@@ -137,11 +137,10 @@ inline check_mutex(c) {
   k = 0
 }
 
-/* lock_try.lua: SET NX PX, else the holder's token (r: 1 held, 0 busy) */
-inline s_try(c, r) {
+/* acquireOnce's SET NX PX (r: 1 taken, 0 nil: the key is held) */
+inline s_setnx(c, r) {
   if
   :: lockv == 0 -> lockv = TOK(c); lttl = TTL; r = 1
-  :: lockv == TOK(c) -> r = 1    /* its own token: a resend whose first delivery took it */
   :: else -> r = 0
   fi
 }
@@ -237,13 +236,26 @@ proctype client(byte c) {
     :: else -> skip
     fi }
 
-  /* the obtain: try once (lock_try.lua) */
+  /* the obtain: try once (acquireOnce: SET NX PX, then GET if nil) */
   atomic { deadline(c); send(c, again) }
   atomic { paused[c] == 0 ->
-    s_try(c, r);
+    s_setnx(c, r);
     if :: again -> r = 0; paused[c] = 1 :: else -> skip fi }
   if
-  :: again -> atomic { paused[c] == 0 -> again = false; s_try(c, r) }
+  :: again -> atomic { paused[c] == 0 -> again = false; s_setnx(c, r) }
+  :: else -> skip
+  fi;
+  if
+  :: r == 0 ->
+     /* the key is held: read its holder, in a request of its own (the
+        validity still counts from before the SET) */
+     atomic { send(c, again) }   /* a GET delivered twice is the same GET */
+     atomic { paused[c] == 0 ->
+       again = false;
+       if
+       :: lockv == TOK(c) -> r = 1    /* its own token: a resend whose first delivery took it */
+       :: else -> skip
+       fi }
   :: else -> skip
   fi;
   atomic {
