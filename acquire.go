@@ -49,7 +49,8 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	a := acquisition{l: l, key: key, rkey: cfg.prefix + key, kind: k, cfg: *cfg}
 	// The strategy's first delay decides between trying once and
 	// waiting: a strategy that gives none (NoRetry, LimitRetry(s, 0))
-	// makes one attempt, which sends one command and starts nothing.
+	// makes one attempt, which sends one command (two when the lock is
+	// taken) and starts nothing.
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
 	if !wait {

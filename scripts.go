@@ -39,7 +39,6 @@ var scriptFiles embed.FS
 var (
 	// A lock's (store.go, store_redis.go; the acquire is obtainScripts).
 	tryLua     = newScript("lock_try.lua")
-	releaseLua = newScript("lib_queue.lua", "lib_fence.lua", "lock_release.lua")
 	refreshLua = newScript("lock_refresh.lua")
 	pttlLua    = newScript("lock_pttl.lua")
 	confirmLua = newScript("lib_fence.lua", "lock_confirm.lua")
@@ -66,7 +65,6 @@ var (
 
 	// A set of locks taken at once (store_multi.go).
 	multiObtainLua  = newScript("lib_fence.lua", "multi_obtain.lua")
-	multiReleaseLua = newScript("lib_queue.lua", "lib_fence.lua", "multi_release.lua")
 	multiRefreshLua = newScript("multi_refresh.lua")
 	multiPTTLLua    = newScript("multi_pttl.lua")
 
@@ -76,6 +74,28 @@ var (
 	// The permissions probe (acl.go).
 	probeLua = newScript("acl_probe.lua")
 )
+
+// The release script comes in two variants, one per command that
+// announces a release: PUBLISH, and SPUBLISH on Redis Cluster (see
+// redisStore.publish). The command is in the script's first line, not an
+// argument: each argument costs the server time at every call.
+var (
+	releaseLua        = releaseVariant("publish", "lock_release.lua")
+	releaseShardedLua = releaseVariant("spublish", "lock_release.lua")
+)
+
+// A set's release (multi_release.lua) comes in the same two variants.
+var (
+	multiReleaseLua        = releaseVariant("publish", "multi_release.lua")
+	multiReleaseShardedLua = releaseVariant("spublish", "multi_release.lua")
+)
+
+// releaseVariant returns the release script file (lock_release.lua or
+// multi_release.lua) that announces with cmd.
+func releaseVariant(cmd, file string) luaScript {
+	return newLuaScript("local publish = '" + cmd + "'\n" +
+		scriptSource("lib_queue.lua", "lib_fence.lua", file))
+}
 
 // The acquire script comes in one variant per set of keys it is given, so
 // that each has a fixed KEYS list: the lock key, then the handoff queue

@@ -119,7 +119,10 @@ func (s redisStore) acquireSetUnguarded(ctx context.Context, set *lockSet, req s
 	}
 	args = append(args, set.fences...)
 	args[2] = len(args) - 3
-	args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, req.mode, req.entry, queueEntryLifeMS, req.arrival)
+	args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, req.mode)
+	if queued {
+		args = append(args, req.entry, queueEntryLifeMS, req.arrival)
+	}
 	multiObtainLua.prepare(args)
 	v, err := viaMaster(ctx, s, set.lockKeys[0].(string), func(c redis.UniversalClient) ([]any, error) {
 		return multiObtainLua.send(ctx, c, args).Slice()
@@ -249,7 +252,7 @@ func (ss lockSetStore) releaseKeys(ctx context.Context, ref lockRef, entry strin
 	set := ss.set
 	n := len(set.lockKeys)
 	queued := "0"
-	args := make([]any, 3, 3+4*n+6)
+	args := make([]any, 3, 3+4*n+5)
 	args = append(args, set.lockKeys...)
 	if companions {
 		queued = "1"
@@ -257,13 +260,20 @@ func (ss lockSetStore) releaseKeys(ctx context.Context, ref lockRef, entry strin
 		args = append(args, set.fences...)
 	}
 	args[2] = len(args) - 3
-	args = append(args, ref.token, ss.s.publish(), ref.fenceTTLMS, n, queued, entry)
+	args = append(args, ref.token, n, queued, entry)
 	args = append(args, set.channels...)
-	multiReleaseLua.prepare(args)
+	if companions && set.fences != nil {
+		args = append(args, ref.fenceTTLMS)
+	}
+	script := multiReleaseLua
+	if ss.s.sharded() {
+		script = multiReleaseShardedLua
+	}
+	script.prepare(args)
 	released, err := viaMaster(ctx, ss.s, set.lockKeys[0].(string), func(c redis.UniversalClient) (int64, error) {
-		return multiReleaseLua.send(ctx, c, args).Int64()
+		return script.send(ctx, c, args).Int64()
 	}, func() (int64, error) {
-		return multiReleaseLua.send(ctx, ss.s.client, args).Int64()
+		return script.send(ctx, ss.s.client, args).Int64()
 	})
 	return err == nil && int(released) == n, err
 }

@@ -277,35 +277,49 @@ func (s redisStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (boo
 // withdrawing an entry, which then lapses).
 func (s redisStore) releaseQueued(ctx context.Context, ref lockRef, args []any) (bool, error) {
 	return viaMaster(ctx, s, ref.key, func(c redis.UniversalClient) (bool, error) {
-		res, err := releaseLua.send(ctx, c, args).Int64()
+		res, err := s.releaseScript().send(ctx, c, args).Int64()
 		return res == 1, err
 	}, func() (bool, error) {
-		res, err := releaseLua.send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
+		res, err := s.releaseScript().send(ctx, s.client, s.releaseArgs(ref, false)).Int64()
 		return res == 1, err
 	})
 }
 
 // releaseArgs lays out the release script's arguments for
-// releaseLua.send: its KEYS
-// are the lock key and, when companions is set, the handoff queue, the
-// fence counter and an election's proclaimed value (those the lock has:
-// lock_release.lua takes them in that order, each optional after the one
-// before); entry, if given, follows.
+// s.releaseScript().send: its KEYS are the lock key and, when companions
+// is set, the handoff queue, the fence counter and an election's
+// proclaimed value (those the lock has: lock_release.lua takes them in
+// that order, each optional after the one before); then the token, the
+// channel, the fence counter's TTL when the counter is named, and entry,
+// if given.
 func (s redisStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
-	args := make([]any, 4, 3+4+4+len(entry))
+	args := make([]any, 4, 3+4+3+len(entry))
 	args[3] = ref.lockKey
+	fenced := false
 	if companions && ref.queue != "" {
 		args = append(args, ref.queue)
 		if ref.fence != "" {
-			args = append(args, ref.fence)
+			args, fenced = append(args, ref.fence), true
 			if ref.leader != "" {
 				args = append(args, ref.leader)
 			}
 		}
 	}
 	args[2] = len(args) - 3
-	args = append(args, ref.token, ref.channel, s.publish(), ref.fenceTTLMS)
-	return releaseLua.prepare(append(args, entry...))
+	args = append(args, ref.token, ref.channel)
+	if fenced {
+		args = append(args, ref.fenceTTLMS)
+	}
+	return s.releaseScript().prepare(append(args, entry...))
+}
+
+// releaseScript returns the variant of the release script that announces
+// with s.publish().
+func (s redisStore) releaseScript() luaScript {
+	if s.sharded() {
+		return releaseShardedLua
+	}
+	return releaseLua
 }
 
 // publish returns the command that announces releases: SPUBLISH on Redis

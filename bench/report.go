@@ -499,7 +499,7 @@ func ratioTable(title string, results []*result) *table {
 // shares.
 func setColumns(sc scenario) []string {
 	if !sc.contended {
-		return []string{"library", "cycles/s", "by round vs one-script", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "commands/cycle", "gave up", "errors", "violations"}
+		return []string{"library", "cycles/s", "by round vs one-script", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "commands/cycle", "server CPU/cycle", "command time/cycle", "gave up", "errors", "violations"}
 	}
 	return []string{"library", "sets/s", "by round vs one-script", "held of " + strconv.Itoa(sc.pool/sc.set), "wait p50", "wait p99", "wait max",
 		"requests/acq", "commands/acq", "allocs/acq", "fairness min/mean", "acq/worker min/mean/max", "hold / release mean", "gave up", "errors", "violations"}
@@ -523,6 +523,8 @@ func setRow(sc scenario, r, base *result) []string {
 			withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
 			fmtDur(maxOf(r.lat)),
 			perOp(allocs), perOp(reads), perOp(calls),
+			withRatio(fmtMicros(serverCPU(r)), serverCPU(r), baseOf(base, serverCPU)),
+			withRatio(fmtMicros(commandTime(r)), commandTime(r), baseOf(base, commandTime)),
 			strconv.FormatInt(r.gaveUp, 10),
 			strconv.FormatInt(r.errs, 10),
 			strconv.FormatInt(r.violations, 10),

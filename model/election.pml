@@ -1,6 +1,6 @@
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
-/* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
+/* mirrors: scripts/lock_release.lua 6b661eb34dd743f16c7cdc6e4d5e2e286b2c55e4 */
 /* mirrors: scripts/election_proclaim.lua 2b4e99d444d8c0db2f5b02253ba3a2c3572cb4e6 */
 /* mirrors: scripts/election_leader.lua c1f6f74496654489e03c96e0469f62d4c9f096af */
 /* mirrors: scripts/lib_fence.lua c1e355d42a7bc2fa209c21e45bac76f4deb77325 */

@@ -1,5 +1,5 @@
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
-/* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
+/* mirrors: scripts/lock_release.lua 6b661eb34dd743f16c7cdc6e4d5e2e286b2c55e4 */
 /* mirrors: scripts/lock_confirm.lua e0f9796e6fa2fc1486f92bc728212b2fe01c2169 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
 /* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
@@ -394,7 +394,7 @@ inline rqadd(i) {
   k = 0
 }
 
-/* announce a handoff to j (lock_release.lua 60): heard by j's Locker if subscribed */
+/* announce a handoff to j (lock_release.lua 66): heard by j's Locker if subscribed */
 inline announce_to(j) {
 #ifndef BUG_RELEASE_NO_ANNOUNCE
   if
@@ -406,7 +406,7 @@ inline announce_to(j) {
 #endif
 }
 
-/* announce('') (lock_release.lua 65): to every subscribed Locker */
+/* announce('') (lock_release.lua 71): to every subscribed Locker */
 inline announce_plain() {
   if
   :: sub[0] == 2 && annp[0] == 0 -> annp[0] = 1
@@ -480,7 +480,7 @@ inline obtain(i) {
   lf = 0
 }
 
-/* lib_queue.lua pop_entry and lock_release.lua 51-65: the lock is the caller's */
+/* lib_queue.lua pop_entry and lock_release.lua 57-71: the lock is the caller's */
 inline handoff() {
   d_step { handoffb() }
 }

@@ -1,8 +1,8 @@
-/* mirrors: scripts/multi_obtain.lua 1ca873135f2114d62dc95bb9a33496cd9c9edbe3 */
-/* mirrors: scripts/multi_release.lua ddf1e287dc4ffb52332c37003a2de36e02e0d013 */
+/* mirrors: scripts/multi_obtain.lua f59073797094c61c61a63e85e12b3589150eca70 */
+/* mirrors: scripts/multi_release.lua d188f0089e1010d68399cacb31506f14498b1d18 */
 /* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
-/* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
+/* mirrors: scripts/lock_release.lua 6b661eb34dd743f16c7cdc6e4d5e2e286b2c55e4 */
 /* check: safety */
 /* bug: BUG_SET_ARRIVAL_TIES safety -DFAULTS=0 */
 /* bug: BUG_SET_NO_ONE_ARRIVAL safety -DFAULTS=0 */
@@ -216,7 +216,7 @@ inline pop_entry(kk) {
   arr = 0
 }
 
-/* hand key kk on (multi_release.lua 63-73, lock_release.lua 51-61: pop_entry, SET token PX
+/* hand key kk on (multi_release.lua 66-76, lock_release.lua 57-67: pop_entry, SET token PX
    ttl, announce) or delete it (75-76, 64-65: DEL, announce '') */
 inline hand_on(kk) {
   qempty(kk);

@@ -1,6 +1,6 @@
 /* mirrors: scripts/once_complete.lua 1f62dbd527e9237eda2a3e9c6acda8bd7990a81f */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
-/* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
+/* mirrors: scripts/lock_release.lua 6b661eb34dd743f16c7cdc6e4d5e2e286b2c55e4 */
 /* check: safety */
 /* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=OOM_ONLY -DFAULTS=1 */
 /* bug: BUG_ONCE_RECORD_BEFORE_DELETE safety -DREFUSALS=ACL_ONLY -DFAULTS=1 */

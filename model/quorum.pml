@@ -1,6 +1,6 @@
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
 /* mirrors: scripts/lock_refresh.lua 97de6635709500b52a125c2451b198118328d4bb */
-/* mirrors: scripts/lock_release.lua 769120db4e052afa577a67149cfa73bc351e2069 */
+/* mirrors: scripts/lock_release.lua 6b661eb34dd743f16c7cdc6e4d5e2e286b2c55e4 */
 /* check: safety */
 /* bug: HAZARD_RESTART_EMPTY safety -DFAULTS=1 */
 /* check: safety -DHAZARD_RESTART_EMPTY -DDELAYED_RESTART */

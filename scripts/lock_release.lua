@@ -6,14 +6,16 @@
 -- optional: the fence counter. KEYS[4], optional: an election's
 -- proclaimed value, deleted with the release (a new holder's value is in
 -- its token).
--- ARGV[1]: the caller's token. ARGV[2]: the release channel. ARGV[3]: the
--- command that announces on it, PUBLISH or, on Redis Cluster, SPUBLISH.
--- ARGV[4]: how long the fence counter lives after it was last taken, in
--- ms, or 0 for ever. ARGV[5], optional: the caller's own queue entry,
--- removed when the caller does not hold the lock (a waiter that gives up).
---
--- (lib_queue.lua and lib_fence.lua come first: they define pop_entry
--- and take_fence.) Entries that lapsed are dropped first; the
+-- ARGV[1]: the caller's token. ARGV[2]: the release channel. When
+-- KEYS[3] is given, ARGV[3]: how long the fence counter lives after it
+-- was last taken, in ms, or 0 for ever. Last, optional: the caller's own
+-- queue entry, removed when the caller does not hold the lock (a waiter
+-- that gives up).
+-- scripts.go runs this text in two variants, one per command that
+-- announces, after a line that names it: publish is 'publish' or, on
+-- Redis Cluster, 'spublish' (then lib_queue.lua and lib_fence.lua, which
+-- define pop_entry and take_fence). Every argument costs the server
+-- time at each call, so a release sends only those it needs. Entries that lapsed are dropped first; the
 -- handoff goes to the live entry that arrived first. It takes a fencing token for the entry when it asks
 -- for one, sets the lock key to the entry's token with the entry's TTL,
 -- and announces "<ttl ms> <fence> <token>"; a plain release announces an
@@ -29,12 +31,16 @@
 -- Returns 1 when released, 0 when the key is absent or holds another
 -- token.
 local function announce(msg)
-  redis.pcall(ARGV[3], ARGV[2], msg)
+  redis.pcall(publish, ARGV[2], msg)
 end
 
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  if ARGV[5] then
-    redis.call('zrem', KEYS[2], 'a:' .. ARGV[5], 'l:' .. ARGV[5])
+  local entry = ARGV[3]
+  if KEYS[3] then
+    entry = ARGV[4]
+  end
+  if entry then
+    redis.call('zrem', KEYS[2], 'a:' .. entry, 'l:' .. entry)
   end
   return 0
 end
@@ -54,7 +60,7 @@ if t then
   if ttl then
     local fence = 0
     if fenced then
-      fence = take_fence(KEYS[3], last_fence, t, ARGV[4])
+      fence = take_fence(KEYS[3], last_fence, t, ARGV[3])
     end
     redis.call('set', KEYS[1], token, 'PX', ttl)
     announce(ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)

@@ -13,7 +13,8 @@
 -- caller's queue entry (see queueEntry in handoff.go). ARGV[7]: how long
 -- an entry stays valid, in ms. ARGV[8]: the caller's arrival, in the
 -- server's ms, as an earlier attempt of this call answered it, or '0'
--- when none did.
+-- when none did. ARGV[6..8] are given only with queues (every argument
+-- costs the server time at each call).
 -- (lib_fence.lua comes first: it defines take_fence.)
 --
 -- Returns {-m, fence of key 1, ..., fence of key n} when the caller holds

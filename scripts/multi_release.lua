@@ -4,17 +4,20 @@
 -- channel. Lock.Release of a set from Locker.ObtainAll, and the
 -- withdrawal of a waiting set (a call that gives up, fails or starts
 -- over), which also removes the caller's own entries from the queues.
--- KEYS[1..n]: the lock keys. KEYS[n+1..2n], when ARGV[5] is '1': their
+-- KEYS[1..n]: the lock keys. KEYS[n+1..2n], when ARGV[3] is '1': their
 -- handoff queues, in the same order. Then, when the set took fencing
 -- tokens: their fence counters, in the same order.
--- ARGV[1]: the caller's token. ARGV[2]: the command that announces,
--- PUBLISH or, on Redis Cluster, SPUBLISH. ARGV[3]: how long a fence
--- counter lives after it was last taken, in ms, or 0 for ever. ARGV[4]:
--- n. ARGV[5]: '1' when KEYS has the queues, else '0'. ARGV[6]: the
--- caller's queue entry, removed from every queue first, or '' for none.
--- ARGV[7..n+6]: the release channel of each key, in the order of KEYS.
--- (lib_queue.lua and lib_fence.lua come first: they define pop_entry and
--- take_fence.)
+-- ARGV[1]: the caller's token. ARGV[2]: n. ARGV[3]: '1' when KEYS has
+-- the queues, else '0'. ARGV[4]: the caller's queue entry, removed from
+-- every queue first, or '' for none. ARGV[5..n+4]: the release channel
+-- of each key, in the order of KEYS. ARGV[n+5], when KEYS has the fence
+-- counters: how long a fence counter lives after it was last taken, in
+-- ms, or 0 for ever.
+-- scripts.go runs this text in two variants, one per command that
+-- announces, after a line that names it: publish is 'publish' or, on
+-- Redis Cluster, 'spublish' (then lib_queue.lua and lib_fence.lua, which
+-- define pop_entry and take_fence). Every argument costs the server time
+-- at each call, so a release sends only those it needs.
 --
 -- A key released to nobody is deleted and announced with an empty
 -- message; a key handed over is set to the entry's token with the
@@ -28,9 +31,9 @@
 -- release done, and its waiters notice it by polling.
 -- Returns the number of keys released; a key absent or holding another
 -- token is left alone.
-local n = tonumber(ARGV[4])
-local queued = ARGV[5] == '1'
-local entry = ARGV[6]
+local n = tonumber(ARGV[2])
+local queued = ARGV[3] == '1'
+local entry = ARGV[4]
 local q0 = 0
 if queued then
   q0 = n
@@ -58,7 +61,7 @@ for i = 1, n do
     redis.call('zrem', KEYS[n + i], 'a:' .. entry, 'l:' .. entry)
   end
   if owned[i] then
-    local channel = ARGV[6 + i]
+    local channel = ARGV[4 + i]
     local ttl, wants_fence, token
     if waiting[i] then
       local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -67,13 +70,13 @@ for i = 1, n do
     if ttl then
       local fence = 0
       if wants_fence then
-        fence = take_fence(KEYS[n + q0 + i], last[i], t, ARGV[3])
+        fence = take_fence(KEYS[n + q0 + i], last[i], t, ARGV[n + 5])
       end
       redis.call('set', KEYS[i], token, 'PX', ttl)
-      redis.pcall(ARGV[2], channel, ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
+      redis.pcall(publish, channel, ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
     else
       redis.call('del', KEYS[i])
-      redis.pcall(ARGV[2], channel, '')
+      redis.pcall(publish, channel, '')
     end
     released = released + 1
   end
