@@ -215,6 +215,23 @@ func BenchmarkQuorumUncontendedGuarded(b *testing.B) {
 	benchGuarded(b, l, "bench:quorum-guarded")
 }
 
+// BenchmarkQuorumUncontendedWaiting is BenchmarkQuorumUncontendedGuarded
+// by a caller that would wait (a retry strategy on NewQuorum, as the bench
+// module's quorum row makes it): the waiting path's first attempt on each
+// master.
+func BenchmarkQuorumUncontendedWaiting(b *testing.B) {
+	var clients []redis.UniversalClient
+	for range 3 {
+		opt := redistest.New(b).Options()
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		b.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	l := newGuardedQuorum(b, clients, locksmith.WithTTL(2*time.Second), locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+	benchGuarded(b, l, "bench:quorum-waiting")
+}
+
 // BenchmarkUncontendedGuarded is Obtain + Release on one server with
 // WithRestartGuard, in the steady state.
 func BenchmarkUncontendedGuarded(b *testing.B) {

@@ -203,7 +203,7 @@ func (lk *Lock) name() any {
 
 // set returns the set of locks lk holds, or nil when it holds one lock.
 func (lk *Lock) set() *lockSet {
-	if ss, ok := lk.store.(lockSetStore); ok {
+	if ss, ok := lk.store.(*lockSetStore); ok {
 		return ss.set
 	}
 	return nil
@@ -253,10 +253,16 @@ func setToken(n int) string {
 // newLockSet returns the set of locks on keys, sorted and distinct, with
 // cfg.
 func newLockSet(keys []string, cfg *config) *lockSet {
-	set := &lockSet{keys: keys, lockKeys: make([]any, len(keys)), queues: make([]any, len(keys)),
-		channels: make([]any, len(keys))}
+	n := len(keys)
+	names := 3
 	if cfg.fencing {
-		set.fences = make([]any, len(keys))
+		names = 4
+	}
+	// One array for every name of the set, in four parts.
+	all := make([]any, names*n)
+	set := &lockSet{keys: keys, lockKeys: all[:n:n], queues: all[n : 2*n : 2*n], channels: all[2*n : 3*n : 3*n]}
+	if cfg.fencing {
+		set.fences = all[3*n:]
 	}
 	for i, k := range keys {
 		set.lockKeys[i] = cfg.prefix + k

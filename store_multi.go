@@ -36,6 +36,9 @@ type lockSet struct {
 	// fenceOf is each key's fencing token once the set is held; nil
 	// without fencing. Written before the handle is returned, read only.
 	fenceOf map[string]int64
+	// handles is what the set's handle runs on (see setHandles), kept
+	// here so that handing it out allocates nothing.
+	handles lockSetStore
 }
 
 // lockSetStore is what the handle of a set runs on: the store of its
@@ -45,10 +48,13 @@ type lockSetStore struct {
 	set *lockSet
 }
 
-var _ handleStore = lockSetStore{}
+var _ handleStore = (*lockSetStore)(nil)
 
 // setHandles returns what the handle of set runs on.
-func (s redisStore) setHandles(set *lockSet) handleStore { return lockSetStore{s: s, set: set} }
+func (s redisStore) setHandles(set *lockSet) handleStore {
+	set.handles = lockSetStore{s: s, set: set}
+	return &set.handles
+}
 
 // How an attempt on a set uses the keys' handoff queues (ARGV[5] of
 // multi_obtain.lua): not at all (a call that does not wait), only to
@@ -58,6 +64,19 @@ const (
 	setLeaves   = "1"
 	setQueues   = "2"
 )
+
+// modeArg returns mode as the script's argument: a constant converted,
+// which allocates nothing, where the string of a field would be copied
+// to the heap at each call.
+func modeArg(mode string) any {
+	switch mode {
+	case setUnqueued:
+		return setUnqueued
+	case setLeaves:
+		return setLeaves
+	}
+	return setQueues
+}
 
 // setReq is one attempt on a set: its token, TTL and fence counters'
 // TTL; how it uses the queues (setUnqueued, setLeaves, setQueues), its
@@ -119,7 +138,7 @@ func (s redisStore) acquireSetUnguarded(ctx context.Context, set *lockSet, req s
 	}
 	args = append(args, set.fences...)
 	args[2] = len(args) - 3
-	args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, req.mode)
+	args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, modeArg(req.mode))
 	if queued {
 		args = append(args, req.entry, queueEntryLifeMS, req.arrival)
 	}
@@ -237,6 +256,9 @@ func (ss lockSetStore) withdraw(ctx context.Context, ref lockRef, ttlMS int64) (
 // without handing them over; its entries then lapse.
 func (ss lockSetStore) releaseAll(ctx context.Context, ref lockRef, entry string) (bool, error) {
 	ok, err := ss.releaseKeys(ctx, ref, entry, ss.set.queues != nil)
+	if err == nil {
+		return ok, nil
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && ss.set.queues != nil {
 		ok2, err2 := ss.releaseKeys(ctx, ref, "", false)
@@ -251,7 +273,7 @@ func (ss lockSetStore) releaseAll(ctx context.Context, ref lockRef, entry string
 func (ss lockSetStore) releaseKeys(ctx context.Context, ref lockRef, entry string, companions bool) (bool, error) {
 	set := ss.set
 	n := len(set.lockKeys)
-	queued := "0"
+	var queued any = "0"
 	args := make([]any, 3, 3+4*n+5)
 	args = append(args, set.lockKeys...)
 	if companions {
