@@ -238,7 +238,7 @@ func (locksmithTryOnceLib) runsOn() topology { return mainServer }
 func (locksmithTryOnceLib) uncontendedOnly() {}
 
 func (locksmithTryOnceLib) settings() string {
-	return "working tree; New(client), each call Obtain(ctx, key, WithTTL(10s)) with the default NoRetry: one attempt, one command; uncontended scenarios only"
+	return "working tree; New(client), each call Obtain(ctx, key, WithTTL(10s)) with the default NoRetry: one attempt, SET NX PX (and a GET of the holder when taken); uncontended scenarios only"
 }
 
 func (locksmithTryOnceLib) newLocker(d *deployment) (locker, error) {
