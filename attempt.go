@@ -2,6 +2,7 @@ package locksmith
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -170,9 +171,22 @@ func (a *acquisition) failed(res acquireRes) {
 // candidate's value (see election.go).
 func newToken(cfg *config) string {
 	if cfg.election {
-		return uuid.NewString() + " " + cfg.value
+		return randomToken() + " " + cfg.value
 	}
-	return uuid.NewString()
+	return randomToken()
+}
+
+// randomToken returns a new random (version 4) UUID in its text form, as
+// uuid.NewString does, in one allocation where uuid.NewString makes two:
+// crypto/rand.Read fills an array that stays on the stack (since Go 1.24
+// it never fails and its buffer does not escape), and only the text is
+// allocated.
+func randomToken() string {
+	var u uuid.UUID
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // the variant of RFC 9562
+	return u.String()
 }
 
 // try makes one attempt with token, as kind.take describes. It returns

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/locksmith-go/locksmith/internal/keyslot"
 	"github.com/locksmith-go/locksmith/internal/notify"
 )
@@ -247,7 +245,7 @@ func (l *Locker) setConfig(set []string, opts []Option) (config, error) {
 // slash and n, so that Inspect of any key of the set can tell that its
 // holder holds it as part of a set, and of how many keys.
 func setToken(n int) string {
-	return uuid.NewString() + "/" + strconv.Itoa(n)
+	return randomToken() + "/" + strconv.Itoa(n)
 }
 
 // newLockSet returns the set of locks on keys, sorted and distinct, with

@@ -199,12 +199,15 @@ func (q quorumStore) quorumError(c *quorumCall) error {
 func (q quorumStore) acquire(ctx context.Context, req acquireReq) (acquireRes, error) {
 	c := q.helpers.get(askAcquire)
 	defer q.helpers.put(c)
-	c.req = req
-	if req.mode == plainOnce {
-		// What a master's acquire sends for req: a quorum takes no fence
-		// and waits for no replica (see allows).
+	// What a master's acquire sends for req, laid out once for all of
+	// them: a quorum takes no fence and waits for no replica (see allows).
+	switch req.mode {
+	case plainOnce:
 		c.args = tryArgs(req)
+	case plainFirst:
+		req.setArgs = setNXArgs(req)
 	}
+	c.req = req
 	q.each(ctx, nodeWait(req.ttl), c)
 	won, lost := 0, 0
 	holderTTL := time.Duration(-1)

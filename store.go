@@ -194,6 +194,11 @@ type acquireReq struct {
 	// mode chooses the commands; the plain ones apply only without
 	// fencing or replicas.
 	mode acquireMode
+	// setArgs, when not nil, are the arguments of the plain mode's SET NX
+	// PX laid out once by setNXArgs, which the masters of a quorum share
+	// (go-redis only reads a command's arguments); nil: each store lays
+	// them out.
+	setArgs []any
 }
 
 // acquireMode chooses how an attempt is sent. A plain SET costs the server

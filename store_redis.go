@@ -149,10 +149,19 @@ func (s redisStore) acquireOnce(ctx context.Context, req acquireReq) (acquireRes
 	return acquireRes{holderTTL: -1}, nil
 }
 
+// setNXArgs lays out the arguments of req's SET NX PX.
+func setNXArgs(req acquireReq) []any {
+	return []any{"set", req.lockKey, req.token, "px", req.ttlMS, "nx"}
+}
+
 // setFree sends SET NX PX for req and reports whether it took the lock; a
 // nil reply (the key is taken) is no error.
 func (s redisStore) setFree(ctx context.Context, req acquireReq) (bool, error) {
-	cmd := redis.NewStatusCmd(ctx, "set", req.lockKey, req.token, "px", req.ttlMS, "nx")
+	args := req.setArgs
+	if args == nil {
+		args = setNXArgs(req)
+	}
+	cmd := redis.NewStatusCmd(ctx, args...)
 	_ = s.client.Process(ctx, cmd)
 	switch err := cmd.Err(); {
 	case err == nil:
