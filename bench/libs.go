@@ -77,6 +77,7 @@ func libraries(rawRetry time.Duration) []lib {
 		locksmithLib{},
 		locksmithPerCallLib{},
 		locksmithTryOnceLib{},
+		locksmithWithLockLib{},
 		locksmithAutoLib{},
 		smithQuorumLib{},
 		smithClusterLib{},
@@ -249,6 +250,32 @@ func (locksmithTryOnceLib) newLocker(d *deployment) (locker, error) {
 	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), tryOnce: true}, nil
 }
 
+// locksmithWithLockLib is locksmith as the README's WithLock example calls
+// it: a Locker made with no options, each cycle one WithLock call with its
+// TTL, whose fn returns at once; the whole call is the cycle (the
+// harness's release does nothing). Like try once, WithLock without a
+// retry strategy tries once, so it runs only in the uncontended
+// scenarios.
+type locksmithWithLockLib struct{}
+
+func (locksmithWithLockLib) name() string { return "locksmith WithLock" }
+
+func (locksmithWithLockLib) runsOn() topology { return mainServer }
+
+func (locksmithWithLockLib) uncontendedOnly() {}
+
+func (locksmithWithLockLib) settings() string {
+	return "working tree; New(client), each cycle WithLock(ctx, key, fn, WithTTL(10s)) with an fn that returns nil at once (the default NoRetry: one attempt); obtain, the lease it starts and stops, and release, all in the cycle; uncontended scenarios only"
+}
+
+func (locksmithWithLockLib) newLocker(d *deployment) (locker, error) {
+	c, err := newGoRedis(d.url())
+	if err != nil {
+		return nil, err
+	}
+	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), withLock: true}, nil
+}
+
 // uncontendedOnly reports whether l runs only in the uncontended scenarios.
 func uncontendedOnly(l lib) bool {
 	_, ok := l.(interface{ uncontendedOnly() })
@@ -356,6 +383,9 @@ type smithLocker struct {
 	locker  *locksmith.Locker
 	perCall bool // pass the options to each call, as the README does
 	tryOnce bool // pass only the TTL to each call: try once
+	// withLock makes obtain a whole WithLock call, with the TTL, whose fn
+	// returns at once; its held's release does nothing.
+	withLock bool
 	// permits > 0 makes obtain take one of that many permits of the
 	// semaphore named by the key, with the options per call.
 	permits int
@@ -377,6 +407,15 @@ func (l *smithLocker) obtain(ctx context.Context, key string) (held, error) {
 		lk, err = l.locker.Semaphore(key, l.permits).Acquire(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
 	case l.rw:
 		lk, err = l.locker.RWMutex(key).ObtainWrite(ctx, locksmith.WithTTL(10*time.Second), smithRetry())
+	case l.withLock:
+		err := l.locker.WithLock(ctx, key, func(context.Context) error { return nil }, locksmith.WithTTL(10*time.Second))
+		if errors.Is(err, locksmith.ErrNotObtained) {
+			return nil, fmt.Errorf("%w: %w", errNotObtained, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return releasedHeld{}, nil
 	case l.tryOnce:
 		lk, err = l.locker.Obtain(ctx, key, locksmith.WithTTL(10*time.Second))
 	case l.perCall:
@@ -408,6 +447,11 @@ func smithResult(lk *locksmith.Lock, err error) (held, error) {
 }
 
 func (h smithHeld) release(ctx context.Context) error { return h.lk.Release(ctx) }
+
+// releasedHeld is a hold its call released already (a WithLock row's).
+type releasedHeld struct{}
+
+func (releasedHeld) release(context.Context) error { return nil }
 
 // close closes the Locker, then its clients.
 func (l *smithLocker) close() {
