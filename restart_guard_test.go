@@ -252,9 +252,14 @@ func TestQuorumLeaseSurvivesARestartedMaster(t *testing.T) {
 	ctx := t.Context()
 	l := newGuardedQuorum(t, q.clients(t), locksmith.WithTTL(guardTTL), locksmith.WithRenewInterval(50*time.Millisecond))
 	key := uniqueKey(t)
+	// All five count before the lock is taken, so that it is taken on all
+	// five (taken while two were still out, it would be on three only,
+	// and lost with the restarted one); and up for 2s, so that a new
+	// connection to them cannot make them look out.
+	waitUptime(t, q.servers, 2)
 	lk := untilCounted(t, l, key)
+	require.Equal(t, 5, q.holders(t, key, lk.Token()), "taken on every master")
 	lctx := lk.Lease(ctx)
-	waitUptime(t, q.servers[1:], 2) // so that a new connection to them cannot make them look out
 	require.NoError(t, q.servers[0].Restart())
 	restarted := time.Now()
 	// Renewed for more than two TTLs, on the four masters that are up.
