@@ -180,15 +180,7 @@ func obtainRelease(ctx context.Context, l *locksmith.Locker, key string) error {
 
 // BenchmarkQuorumUncontended is Obtain + Release on a quorum of three.
 func BenchmarkQuorumUncontended(b *testing.B) {
-	var clients []redis.UniversalClient
-	for range 3 {
-		opt := redistest.New(b).Options()
-		opt.ContextTimeoutEnabled = true
-		c := redis.NewClient(opt)
-		b.Cleanup(func() { _ = c.Close() })
-		clients = append(clients, c)
-	}
-	l := newQuorumLocker(b, clients)
+	l := newQuorumLocker(b, quorumClients(b))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -198,11 +190,9 @@ func BenchmarkQuorumUncontended(b *testing.B) {
 	}
 }
 
-// BenchmarkQuorumUncontendedGuarded is BenchmarkQuorumUncontended with
-// the restart guard watching every master (the default of NewQuorum),
-// once the masters have been up for the maximum TTL: the steady state,
-// whose acquires send nothing more.
-func BenchmarkQuorumUncontendedGuarded(b *testing.B) {
+// quorumClients starts three servers and returns a client of each, with
+// the timeouts that NewQuorum asks for, closed when b ends.
+func quorumClients(b *testing.B) []redis.UniversalClient {
 	var clients []redis.UniversalClient
 	for range 3 {
 		opt := redistest.New(b).Options()
@@ -211,7 +201,15 @@ func BenchmarkQuorumUncontendedGuarded(b *testing.B) {
 		b.Cleanup(func() { _ = c.Close() })
 		clients = append(clients, c)
 	}
-	l := newGuardedQuorum(b, clients, locksmith.WithTTL(2*time.Second))
+	return clients
+}
+
+// BenchmarkQuorumUncontendedGuarded is BenchmarkQuorumUncontended with
+// the restart guard watching every master (the default of NewQuorum),
+// once the masters have been up for the maximum TTL: the steady state,
+// whose acquires send nothing more.
+func BenchmarkQuorumUncontendedGuarded(b *testing.B) {
+	l := newGuardedQuorum(b, quorumClients(b), locksmith.WithTTL(2*time.Second))
 	benchGuarded(b, l, "bench:quorum-guarded")
 }
 
@@ -220,15 +218,7 @@ func BenchmarkQuorumUncontendedGuarded(b *testing.B) {
 // module's quorum row makes it): the waiting path's first attempt on each
 // master.
 func BenchmarkQuorumUncontendedWaiting(b *testing.B) {
-	var clients []redis.UniversalClient
-	for range 3 {
-		opt := redistest.New(b).Options()
-		opt.ContextTimeoutEnabled = true
-		c := redis.NewClient(opt)
-		b.Cleanup(func() { _ = c.Close() })
-		clients = append(clients, c)
-	}
-	l := newGuardedQuorum(b, clients, locksmith.WithTTL(2*time.Second), locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
+	l := newGuardedQuorum(b, quorumClients(b), locksmith.WithTTL(2*time.Second), locksmith.WithRetry(locksmith.LinearBackoff(50*time.Millisecond)))
 	benchGuarded(b, l, "bench:quorum-waiting")
 }
 
