@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/locksmith-go/locksmith/internal/keyslot"
+	"github.com/locksmith-go/locksmith/internal/notify"
 )
 
 // The one way a hold is acquired: Obtain, WithLock and Once (a lock),
@@ -68,8 +69,8 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	if t.Queued {
 		// Others of this Locker wait already: queue up behind them
 		// rather than barge in.
-		a.w = l.notify.Join(ctx, ch, t, noAttempt, newToken(cfg), queue, k.shares(), time.Time{})
-		return l.wait(ctx, &a, backoff, delay, tries{})
+		w := l.notify.Join(ctx, ch, t, noAttempt, newToken(cfg), queue, k.shares(), time.Time{})
+		return l.waitAs(ctx, a, w, backoff, delay, tries{})
 	}
 	// A key this Locker has recently waited for is likely taken: try
 	// with the script at once, rather than a plain SET and the script.
@@ -83,8 +84,17 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	if lk != nil || err != nil {
 		return lk, tries{attempts: 1}, err
 	}
-	a.w = l.notify.Join(ctx, ch, t, res.attempt(), token, queue, k.shares(), start)
-	return l.wait(ctx, &a, backoff, delay, tries{attempts: 1})
+	w := l.notify.Join(ctx, ch, t, res.attempt(), token, queue, k.shares(), start)
+	return l.waitAs(ctx, a, w, backoff, delay, tries{attempts: 1})
+}
+
+// waitAs waits as a, with its place w in its key's queue (see wait). It
+// takes a by value: a waiting acquisition is a place, and escapes to the
+// heap, where acquireCounted's stays on the stack for a call that tries
+// once or takes the lock at its first attempt.
+func (l *Locker) waitAs(ctx context.Context, a acquisition, w *notify.Waiter, backoff Backoff, delay time.Duration, tr tries) (*Lock, tries, error) {
+	a.w = w
+	return l.wait(ctx, &a, backoff, delay, tr)
 }
 
 // needsOf returns what the calls for holds of kind k with cfg need of the
