@@ -302,10 +302,21 @@ func (s redisStore) releaseQueued(ctx context.Context, ref lockRef, args []any) 
 // channel, the fence counter's TTL when the counter is named, and entry,
 // if given.
 func (s redisStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
-	args := make([]any, 4, 3+4+3+len(entry))
+	queued := companions && ref.queue != ""
+	n := 4 + 2 + len(entry) // the script's 3, the lock key; token, channel
+	if queued {
+		n++
+		if ref.fence != "" {
+			n += 2 // the counter, and its TTL
+			if ref.leader != "" {
+				n++
+			}
+		}
+	}
+	args := make([]any, 4, n)
 	args[3] = ref.lockKey
 	fenced := false
-	if companions && ref.queue != "" {
+	if queued {
 		args = append(args, ref.queue)
 		if ref.fence != "" {
 			args, fenced = append(args, ref.fence), true
