@@ -102,7 +102,7 @@ func (lockKind) shares() bool { return false }
 
 func (lockKind) handle(st stores, lk *Lock) {
 	lk.store = st.core
-	if st.core.queues() && lk.cfg.fencing {
+	if st.core.queues() && lk.fencing {
 		lk.ref.fence = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Fence)
 	}
 }
@@ -219,7 +219,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, acquireRes, error) {
 // newHandle makes the handle of an acquisition with token.
 func (a *acquisition) newHandle(token string) *Lock {
 	cfg := &a.cfg
-	lk := &Lock{key: a.key, token: token, cfg: *cfg, ttl: cfg.ttl, hold: a.kind.hold()}
+	lk := &Lock{key: a.key, token: token, cfg: cfg.holdConfig, ttl: cfg.ttl, hold: a.kind.hold(), fencing: cfg.fencing}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
 	lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
 	st := a.l.stores()

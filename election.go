@@ -110,7 +110,7 @@ func (termKind) needs() need { return needLock | needElection }
 
 func (termKind) handle(st stores, lk *Lock) {
 	lockKind{}.handle(st, lk)
-	if st.core.queues() && lk.cfg.fencing {
+	if st.core.queues() && lk.fencing {
 		lk.ref.leader = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Leader)
 	}
 }

@@ -15,8 +15,8 @@ type Lock struct {
 	store handleStore
 	key   string // as the caller gave it
 	token string
-	fence int64 // 0 without fencing
-	cfg   config
+	fence int64      // 0 without fencing
+	cfg   holdConfig // what the hold keeps of its call's config
 
 	// ref is what the store needs to act on this lock: its keys, token
 	// and channel.
@@ -35,6 +35,7 @@ type Lock struct {
 	since    time.Time     // when the hold began, for WithMaxHold: its first deadline less its validity
 	released bool          // Release has deleted the key or found it gone
 	hold     Hold          // what kind of hold it is, for events; never changes
+	fencing  bool          // it takes fencing tokens (WithFencing); never changes
 	lost     error         // why the lock was lost; nil while it is not
 	lease    *leaseState   // nil until the first Lease call
 }

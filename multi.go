@@ -535,7 +535,7 @@ func (s *setAcquisition) reset(token string) {
 // handle returns a new handle of the set with its current token.
 func (s *setAcquisition) handle() *Lock {
 	cfg, set := &s.cfg, s.set
-	lk := &Lock{key: set.keys[0], token: s.token, cfg: *cfg, ttl: cfg.ttl, hold: HoldLock}
+	lk := &Lock{key: set.keys[0], token: s.token, cfg: cfg.holdConfig, ttl: cfg.ttl, hold: HoldLock, fencing: cfg.fencing}
 	lk.ref = lockRef{key: set.lockKeys[0].(string), lockKey: set.lockKeys[0], token: s.token, channel: set.channels[0],
 		fenceTTLMS: cfg.fenceTTLMS}
 	lk.store = s.l.extras.setHandles(set)

@@ -153,41 +153,26 @@ func (o Option) apply(c *config) error {
 
 // config is the resolved set of options for one call. It is copied by value
 // from the Locker's defaults, so applying per-call options never changes the
-// Locker.
+// Locker. Its holdConfig is what the call's hold keeps (Lock.cfg); the
+// rest serves the call only.
 type config struct {
-	ttl    time.Duration // whole milliseconds, at least 1 ms
-	ttlMS  any           // ttl in milliseconds, an int64, converted once for go-redis
-	retry  RetryStrategy // never nil
-	prefix string
+	holdConfig
 
-	// renewEvery is the lease renewal period; zero means ttl/3.
-	renewEvery time.Duration
-	// maxHold is how long a lock may be held, from when it was obtained,
-	// before its leases stop renewing it; zero means no limit.
-	maxHold time.Duration
-	// maxTTL bounds every TTL a call may ask for (see WithMaxTTL); zero
-	// means no bound. restartGuard turns the restart guard on (always on
-	// for a quorum), and persistent names the masters it need not wait
-	// for. All three are the Locker's, never a call's.
-	maxTTL       time.Duration
+	retry RetryStrategy // never nil
+
+	// restartGuard turns the restart guard on (always on for a quorum),
+	// and persistent names the masters it need not wait for. Both are the
+	// Locker's, never a call's, as maxTTL is.
 	restartGuard bool
 	persistent   []string
-	// drift is the clock-drift allowance subtracted from the TTL when the
-	// client computes how long the lock is valid; negative means the
-	// default, ttl/100 + 2ms (at most half the TTL).
-	drift time.Duration
 
-	// fencing makes Obtain take a fencing token; the counter lives
-	// fenceTTL after a token was taken, for ever when zero. fenceTTLMS
-	// is fenceTTL in milliseconds, an int64, converted once for go-redis.
+	// fencing makes Obtain take a fencing token (the hold keeps it in
+	// Lock.fencing); the counter lives fenceTTL after a token was taken,
+	// for ever when zero. fenceTTLMS is fenceTTL in milliseconds, an
+	// int64, converted once for go-redis.
 	fencing    bool
 	fenceTTL   time.Duration
 	fenceTTLMS any
-
-	// replicas is how many replicas must acknowledge an acquire, within
-	// replicaWait; zero means none.
-	replicas    int
-	replicaWait time.Duration
 
 	// doneTTL is how long Once keeps a completion record: whole
 	// milliseconds, at least 1 ms.
@@ -200,9 +185,38 @@ type config struct {
 	value    string
 }
 
+// holdConfig is the part of a call's config that its hold (a Lock) keeps
+// and reads after the acquire: to renew it, to compute its validity and
+// to name it in events. Kept apart so that a handle carries 88 bytes of
+// config instead of 200.
+type holdConfig struct {
+	ttl   time.Duration // whole milliseconds, at least 1 ms
+	ttlMS any           // ttl in milliseconds, an int64, converted once for go-redis
+
+	// renewEvery is the lease renewal period; zero means ttl/3.
+	renewEvery time.Duration
+	// maxHold is how long a lock may be held, from when it was obtained,
+	// before its leases stop renewing it; zero means no limit.
+	maxHold time.Duration
+	// maxTTL bounds every TTL a call may ask for (see WithMaxTTL); zero
+	// means no bound. The Locker's, never a call's.
+	maxTTL time.Duration
+	// drift is the clock-drift allowance subtracted from the TTL when the
+	// client computes how long the lock is valid; negative means the
+	// default, ttl/100 + 2ms (at most half the TTL).
+	drift time.Duration
+
+	prefix string
+
+	// replicas is how many replicas must acknowledge an acquire, within
+	// replicaWait; zero means none.
+	replicas    int
+	replicaWait time.Duration
+}
+
 func defaultConfig() config {
-	return config{ttl: DefaultTTL, ttlMS: DefaultTTL.Milliseconds(), retry: NoRetry(), drift: -1, doneTTL: DefaultDoneTTL,
-		fenceTTLMS: int64(0)}
+	return config{holdConfig: holdConfig{ttl: DefaultTTL, ttlMS: DefaultTTL.Milliseconds(), drift: -1},
+		retry: NoRetry(), doneTTL: DefaultDoneTTL, fenceTTLMS: int64(0)}
 }
 
 // apply applies opts to c and checks the result as a whole. The boxes
@@ -259,7 +273,7 @@ func (b *msBox) value(d time.Duration) any {
 }
 
 // renewInterval returns how often a lease renews a lock of the given TTL.
-func (c *config) renewInterval(ttl time.Duration) time.Duration {
+func (c *holdConfig) renewInterval(ttl time.Duration) time.Duration {
 	if c.renewEvery > 0 {
 		return c.renewEvery
 	}
@@ -267,7 +281,7 @@ func (c *config) renewInterval(ttl time.Duration) time.Duration {
 }
 
 // driftFor returns the drift allowance for a lock of the given TTL.
-func (c *config) driftFor(ttl time.Duration) time.Duration {
+func (c *holdConfig) driftFor(ttl time.Duration) time.Duration {
 	if c.drift >= 0 {
 		return c.drift
 	}

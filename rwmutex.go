@@ -181,7 +181,7 @@ func (writeKind) busy(key string) error {
 func rwHandle(st stores, lk *Lock, role string) {
 	lk.store = st.extras.rwHandles()
 	lk.ref.token = role + lk.token
-	if lk.cfg.fencing {
+	if lk.fencing {
 		lk.ref.fence = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Fence)
 	}
 }

@@ -154,7 +154,7 @@ func (permitKind) shares() bool { return true }
 
 func (permitKind) handle(st stores, lk *Lock) {
 	lk.store = st.extras.permits()
-	if lk.cfg.fencing {
+	if lk.fencing {
 		lk.ref.fence = keyslot.Companion(lk.cfg.prefix, lk.key, keyslot.Fence)
 	}
 }
