@@ -65,6 +65,7 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	// hands the hold to a waiter.
 	queue := k.queues(l.stores(), cfg.replicas)
 	ch := keyslot.Companion(cfg.prefix, key, keyslot.Released)
+	a.channel = ch
 	t := l.notify.Ticket(ch)
 	if t.Queued {
 		// Others of this Locker wait already: queue up behind them

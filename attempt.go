@@ -140,6 +140,9 @@ type acquisition struct {
 	cfg       config
 	// w is the call's place in its key's queue, once it waits.
 	w *notify.Waiter
+	// channel is the key's release channel, boxed once for the handles of
+	// a call that waits (see newHandle); nil for one that tries once.
+	channel any
 }
 
 // An acquisition that waits is a place (see wait, in acquire.go).
@@ -221,7 +224,9 @@ func (a *acquisition) newHandle(token string) *Lock {
 	cfg := &a.cfg
 	lk := &Lock{key: a.key, token: token, cfg: cfg.holdConfig, ttl: cfg.ttl, hold: a.kind.hold(), fencing: cfg.fencing}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
-	lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
+	if lk.ref.channel = a.channel; a.channel == nil {
+		lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
+	}
 	st := a.l.stores()
 	if a.kind.handoff(st) != nil {
 		lk.ref.queue = keyslot.Companion(cfg.prefix, a.key, keyslot.Queue)
