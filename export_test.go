@@ -31,3 +31,16 @@ func NewObservedBuffer(client redis.UniversalClient, o Observer, size int, opts 
 // each (true), as before renewers, or together (false); for the
 // benchmark that compares the two.
 func SetRenewAlone(alone bool) { renewAlone.Store(alone) }
+
+// QuorumAskers returns how many goroutines serve each master of l, a
+// NewQuorum Locker (see askers); nil for another Locker.
+func QuorumAskers(l *Locker) []int {
+	q, ok := l.store.(quorumStore)
+	if !ok {
+		return nil
+	}
+	a := q.helpers
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]int(nil), a.serving...)
+}

@@ -87,29 +87,45 @@ func (c *quorumCall) ask(i int, n redisStore) {
 }
 
 // askers asks the masters after the first for a quorum's calls, each
-// from a goroutine of its own that waits for work, so that a call starts
-// no goroutine and allocates nothing to ask them. The goroutines start
-// with the first call and are stopped by close (Locker.Close), which
-// waits for them. A call that finds a master's goroutine busy (calls made
-// at once) asks that master from a goroutine of its own, which the call
-// waits for; so does every call after close.
+// from goroutines that wait for work, so that a call starts no goroutine
+// and allocates nothing to ask them. One goroutine a master starts with
+// the first call; a call that finds every goroutine of a master busy
+// (calls made at once) starts one more for it, up to maxAskers a master,
+// which then stays for the calls that follow, so that a Locker's
+// goroutines grow to the number of its calls in flight rather than being
+// started anew for each. Past maxAskers, or after close, a call asks
+// that master from a goroutine of its own, which the call waits for.
+// close (Locker.Close) stops them all and waits for them.
 type askers struct {
 	nodes []redisStore
-	// work[i] hands a call to master i's goroutine; work[0] is unused:
-	// the first master is asked from the caller's goroutine.
+	// work[i] hands a call to an idle goroutine of master i; work[0] is
+	// unused: the first master is asked from the caller's goroutine.
 	work  []chan *quorumCall
 	calls sync.Pool // of *quorumCall with len(nodes) answers
 
-	mu      sync.Mutex // guards started, closed
+	mu      sync.Mutex // guards started, closed, serving
 	started bool
 	closed  bool
+	serving []int // how many goroutines serve each master
+	// idle[i] counts master i's goroutines that have no call and none
+	// promised: each goroutine adds one when it is done with a call
+	// (before the call's caller can go on) and a call that hands it one
+	// takes one first, so that a call hands work only to a goroutine that
+	// is at, or on its way to, its receive.
+	idle    []atomic.Int32
 	running atomic.Bool   // started and not closed: the fast path of start
 	stop    chan struct{} // closed by close
 	done    sync.WaitGroup
 }
 
+// maxAskers bounds the goroutines that serve one master of a quorum: a
+// Locker with more calls in flight asks the rest from goroutines started
+// for one call each.
+const maxAskers = 64
+
 func newAskers(nodes []redisStore) *askers {
-	a := &askers{nodes: nodes, work: make([]chan *quorumCall, len(nodes)), stop: make(chan struct{})}
+	a := &askers{nodes: nodes, work: make([]chan *quorumCall, len(nodes)), serving: make([]int, len(nodes)),
+		idle: make([]atomic.Int32, len(nodes)), stop: make(chan struct{})}
 	for i := range a.work {
 		a.work[i] = make(chan *quorumCall)
 	}
@@ -129,20 +145,52 @@ func (a *askers) start() {
 	}
 	a.started = true
 	for i := 1; i < len(a.nodes); i++ {
+		a.serving[i]++
+		a.idle[i].Add(1)
 		a.done.Add(1)
-		go a.serve(i)
+		go a.serve(i, nil)
 	}
 	a.running.Store(true)
 }
 
-// serve asks master i for every call handed to it, until close.
-func (a *askers) serve(i int) {
+// claim takes an idle goroutine of master i for a call, and reports
+// whether there was one.
+func (a *askers) claim(i int) bool {
+	for n := a.idle[i].Load(); n > 0; n = a.idle[i].Load() {
+		if a.idle[i].CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+	return false
+}
+
+// more starts one more goroutine for master i, which asks it c first, and
+// reports whether it did: not when i has maxAskers already, nor after
+// close.
+func (a *askers) more(i int, c *quorumCall) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started || a.closed || a.serving[i] >= maxAskers {
+		return false
+	}
+	a.serving[i]++
+	a.done.Add(1)
+	go a.serve(i, c)
+	return true
+}
+
+// serve asks master i c, when not nil, then every call handed to it,
+// until close.
+func (a *askers) serve(i int, c *quorumCall) {
 	defer a.done.Done()
 	for {
-		select {
-		case c := <-a.work[i]:
+		if c != nil {
 			c.ask(i, a.nodes[i])
+			a.idle[i].Add(1)
 			c.wg.Done()
+		}
+		select {
+		case c = <-a.work[i]:
 		case <-a.stop:
 			return
 		}
@@ -189,14 +237,21 @@ func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall
 	a.start()
 	for i := 1; i < len(q.nodes); i++ {
 		c.wg.Add(1)
-		select {
-		case a.work[i] <- c:
-		default:
-			go func() {
-				defer c.wg.Done()
-				c.ask(i, q.nodes[i])
-			}()
+		switch {
+		case a.claim(i):
+			select {
+			case a.work[i] <- c:
+				continue
+			case <-a.stop:
+				// Closed before the goroutine took it.
+			}
+		case a.more(i, c):
+			continue
 		}
+		go func() {
+			defer c.wg.Done()
+			c.ask(i, q.nodes[i])
+		}()
 	}
 	c.ask(0, q.nodes[0])
 	c.wg.Wait()

@@ -292,3 +292,73 @@ func TestQuorumClose(t *testing.T) {
 	require.NoError(t, l.Close(), "a second Close")
 	goleak.VerifyNone(t, ignore)
 }
+
+// TestQuorumAskersGrowWithCallsInFlight: calls made at once while a
+// master is slow find its one asking goroutine busy and start more for
+// it, which stay for the calls that follow (a Locker's goroutines grow to
+// its calls in flight, up to a bound, instead of one started per call);
+// Close stops every one of them.
+func TestQuorumAskersGrowWithCallsInFlight(t *testing.T) {
+	q := newQuorum(t)
+	ctx := t.Context()
+	clients := q.clients(t)
+	slow := q.servers[1].Client(t)
+	opt := q.servers[1].Options()
+	opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+	probe := newClient(t, opt, nil)
+	require.NoError(t, probe.Ping(ctx).Err())
+	ignore := goleak.IgnoreCurrent()
+	// TTL 1s: each master is asked for at most 100ms (a tenth of it).
+	opts := []locksmith.Option{locksmith.WithTTL(time.Second)}
+	for _, s := range q.servers {
+		opts = append(opts, locksmith.WithPersistentMaster(s.Addr))
+	}
+	l := locksmith.NewQuorum(clients, opts...)
+	lk, err := l.Obtain(ctx, uniqueKey(t)) // starts one asker a master
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	require.Equal(t, []int{0, 1, 1, 1, 1}, locksmith.QuorumAskers(l))
+
+	// Master 1 sleeps: each call's question to it waits out its 100ms,
+	// so calls made at once find its asker busy.
+	slept := make(chan error, 1)
+	go func() { slept <- slow.Do(context.WithoutCancel(ctx), "debug", "sleep", "0.4").Err() }()
+	eventually(t, 5*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		return probe.Ping(pctx).Err() != nil
+	}, "master 1 did not fall asleep")
+	const calls = 8
+	start := make(chan struct{})
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			<-start
+			lk, err := l.Obtain(ctx, uniqueKey(t))
+			if err == nil {
+				err = lk.Release(ctx)
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range calls {
+		require.NoError(t, <-errs, "four of five masters answer")
+	}
+	require.NoError(t, <-slept)
+	grown := locksmith.QuorumAskers(l)
+	require.Greater(t, grown[1], 1, "no asker started for the slow master: %v", grown)
+	for i, n := range grown[1:] {
+		require.LessOrEqual(t, n, calls, "master %d", i+1)
+	}
+
+	// They stay: calls one at a time start none.
+	for range 3 {
+		lk, err := l.Obtain(ctx, uniqueKey(t))
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+	}
+	require.Equal(t, grown, locksmith.QuorumAskers(l))
+	require.NoError(t, l.Close())
+	goleak.VerifyNone(t, ignore)
+}
