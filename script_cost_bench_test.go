@@ -15,7 +15,9 @@ import (
 // shape the uncontended path sends, from INFO commandstats (usec per
 // call, reported as cmd-µs): a plain SET NX PX against the try script,
 // and compare-and-delete scripts with more keys and arguments beside the
-// release script with and without its announcement. It is the evidence
+// release script with and without its announcement, and as a quorum's
+// master runs it (no queue) beside a lean compare-and-delete that
+// announces, the script a quorum-only release would be. It is the evidence
 // for the costs that docs/performance.md gives per argument, per key and
 // per PUBLISH. Each cycle also sends an unmeasured command that puts the
 // key back (DEL before an acquire, SET before a release). Run it with
@@ -32,6 +34,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		b.Fatal("lock_release.lua no longer announces with redis.pcall(publish, ARGV[2], msg): update this benchmark")
 	}
 	releaseSilent := newLuaScript(silent)
+	cadPublish := newLuaScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('del', KEYS[1]) redis.pcall('publish', ARGV[2], '') return 1`)
 	free := func() error { return c.Del(ctx, "k").Err() }
 	held := func() error { return c.Set(ctx, "k", "tok", 0).Err() }
 	script := func(s luaScript, args ...any) func() (any, error) {
@@ -50,6 +53,8 @@ func BenchmarkScriptCost(b *testing.B) {
 		{"cad/2-keys-1-arg", "evalsha", held, script(cad, 2, "k", "k2", "tok")},
 		{"lock_release.lua/2-keys-2-args", "evalsha", held, script(releaseLua, 2, "k", "k:queue", "tok", "k:released")},
 		{"lock_release.lua/no-publish", "evalsha", held, script(releaseSilent, 2, "k", "k:queue", "tok", "k:released")},
+		{"lock_release.lua/1-key-2-args", "evalsha", held, script(releaseLua, 1, "k", "tok", "k:released")},
+		{"cad-publish/1-key-2-args", "evalsha", held, script(cadPublish, 1, "k", "tok", "k:released")},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			if err := c.ConfigResetStat(ctx).Err(); err != nil {
