@@ -15,6 +15,9 @@ type leaseState struct {
 	// are cancelled when the lock ends: with a cause matching ErrLockLost
 	// when it is lost, with context.Canceled when released.
 	leases []leaseContext
+	// one is the room of leases for its first context (WithLock leases a
+	// lock once), so that it takes no allocation of its own.
+	one [1]leaseContext
 	// watchdog fires at the Deadline; if no refresh has moved the Deadline
 	// by then, the lock is lost, whatever the network is doing.
 	watchdog *time.Timer
@@ -34,8 +37,11 @@ type leaseState struct {
 	firstPending sync.WaitGroup
 	stopped      bool // Release is in progress: start no renewal
 
-	// reschedule wakes the renewal loop when Refresh changes the TTL, so
-	// that it renews on the new schedule. It has room for one signal.
+	// reschedule wakes the renewal goroutine when Refresh changes the
+	// TTL, so that it renews on the new schedule. It has room for one
+	// signal; made when the goroutine first starts (a lease renewed by
+	// its store's renewer, or released before its first renewal, has
+	// none).
 	reschedule chan struct{}
 
 	lastErr error // the last renewal failure, reported if the validity runs out
@@ -110,7 +116,8 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 	}
 	ls := lk.lease
 	if ls == nil {
-		ls = &leaseState{reschedule: make(chan struct{}, 1), at: -1}
+		ls = &leaseState{at: -1}
+		ls.leases = ls.one[:0]
 		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
 		lk.lease = ls
 	}
@@ -184,6 +191,9 @@ func (lk *Lock) beginRenewal() {
 	rctx, cancel := context.WithCancel(ls.parent)
 	done := make(chan struct{})
 	ls.renewCancel, ls.renewDone = cancel, done
+	if ls.reschedule == nil {
+		ls.reschedule = make(chan struct{}, 1)
+	}
 	go lk.renew(rctx, cancel, done, ls.reschedule)
 }
 
