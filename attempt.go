@@ -257,10 +257,10 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 	}
 	lk.fence = res.fence
 	lk.deadline, lk.since = start.Add(cfg.ttl-cfg.driftFor(cfg.ttl)), start
-	if elapsed := time.Since(start); !time.Now().Before(lk.deadline) {
+	if now := time.Now(); !now.Before(lk.deadline) {
 		deleteIfOwned(ctx, lk)
 		return nil, acquireRes{cleaned: true}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
-			ErrLockLost, key, elapsed, lk.deadline.Sub(start))
+			ErrLockLost, key, now.Sub(start), lk.deadline.Sub(start))
 	}
 	if res.acked < cfg.replicas {
 		deleteIfOwned(ctx, lk)
