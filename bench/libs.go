@@ -99,6 +99,17 @@ func newGoRedis(url string) (*redis.Client, error) {
 	return redis.NewClient(opt), nil
 }
 
+// mainSmith returns mode, a locksmith row's settings, with a new client of
+// d's main server and a Locker on it made with opts.
+func mainSmith(d *deployment, mode smithLocker, opts ...locksmith.Option) (locker, error) {
+	c, err := newGoRedis(d.url())
+	if err != nil {
+		return nil, err
+	}
+	mode.clients, mode.locker = []redis.UniversalClient{c}, locksmith.New(c, opts...)
+	return &mode, nil
+}
+
 // --- raw go-redis: the physical limit ---------------------------------------
 
 // rawLib is the recipe every Redis lock starts from, with nothing added:
@@ -197,11 +208,7 @@ func (locksmithLib) settings() string {
 }
 
 func (locksmithLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c, smithRetry())}, nil
+	return mainSmith(d, smithLocker{}, smithRetry())
 }
 
 // locksmithPerCallLib is locksmith as the README's examples call it: a
@@ -218,11 +225,7 @@ func (locksmithPerCallLib) settings() string {
 }
 
 func (locksmithPerCallLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), perCall: true}, nil
+	return mainSmith(d, smithLocker{perCall: true})
 }
 
 // locksmithTryOnceLib is locksmith's default, try once, as the README's
@@ -243,11 +246,7 @@ func (locksmithTryOnceLib) settings() string {
 }
 
 func (locksmithTryOnceLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), tryOnce: true}, nil
+	return mainSmith(d, smithLocker{tryOnce: true})
 }
 
 // locksmithWithLockLib is locksmith as the README's WithLock example calls
@@ -269,11 +268,7 @@ func (locksmithWithLockLib) settings() string {
 }
 
 func (locksmithWithLockLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), withLock: true}, nil
+	return mainSmith(d, smithLocker{withLock: true})
 }
 
 // uncontendedOnly reports whether l runs only in the uncontended scenarios.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/locksmith-go/locksmith"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -216,11 +215,7 @@ func (smithRWLib) settings() string {
 }
 
 func (smithRWLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), rw: true}, nil
+	return mainSmith(d, smithLocker{rw: true})
 }
 
 // smithExclusiveLib runs the read-write workload on locksmith's plain
@@ -237,9 +232,5 @@ func (smithExclusiveLib) settings() string {
 }
 
 func (smithExclusiveLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), perCall: true}, nil
+	return mainSmith(d, smithLocker{perCall: true})
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/locksmith-go/locksmith"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -137,9 +136,5 @@ func (smithSemLib) settings() string {
 }
 
 func (s smithSemLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), permits: s.permits}, nil
+	return mainSmith(d, smithLocker{permits: s.permits})
 }

@@ -244,11 +244,7 @@ func (smithSetLib) settings() string {
 }
 
 func (s smithSetLib) newLocker(d *deployment) (locker, error) {
-	c, err := newGoRedis(d.url())
-	if err != nil {
-		return nil, err
-	}
-	return &smithLocker{clients: []redis.UniversalClient{c}, locker: locksmith.New(c), tryOnce: !s.wait, perCall: s.wait}, nil
+	return mainSmith(d, smithLocker{tryOnce: !s.wait, perCall: s.wait})
 }
 
 // obtainSet takes the set with ObtainAll, with the options per call as
