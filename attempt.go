@@ -224,7 +224,8 @@ func (a *acquisition) newHandle(token string) *Lock {
 	cfg := &a.cfg
 	lk := &Lock{key: a.key, token: token, cfg: cfg.holdConfig, ttl: cfg.ttl, hold: a.kind.hold(), fencing: cfg.fencing}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
-	if lk.ref.channel = a.channel; a.channel == nil {
+	lk.ref.channel = a.channel
+	if lk.ref.channel == nil {
 		lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
 	}
 	st := a.l.stores()

@@ -308,8 +308,10 @@ func TestQuorumAskersGrowWithCallsInFlight(t *testing.T) {
 	probe := newClient(t, opt, nil)
 	require.NoError(t, probe.Ping(ctx).Err())
 	ignore := goleak.IgnoreCurrent()
-	// TTL 1s: each master is asked for at most 100ms (a tenth of it).
-	opts := []locksmith.Option{locksmith.WithTTL(time.Second)}
+	// TTL 5s: each master is asked for at most 500ms (a tenth of it, at
+	// most maxNodeWait), a window wide enough for calls started at once
+	// to overlap on a busy machine.
+	opts := []locksmith.Option{locksmith.WithTTL(5 * time.Second)}
 	for _, s := range q.servers {
 		opts = append(opts, locksmith.WithPersistentMaster(s.Addr))
 	}
@@ -319,10 +321,10 @@ func TestQuorumAskersGrowWithCallsInFlight(t *testing.T) {
 	require.NoError(t, lk.Release(ctx))
 	require.Equal(t, []int{0, 1, 1, 1, 1}, locksmith.QuorumAskers(l))
 
-	// Master 1 sleeps: each call's question to it waits out its 100ms,
+	// Master 1 sleeps: each call's question to it waits out its 500ms,
 	// so calls made at once find its asker busy.
 	slept := make(chan error, 1)
-	go func() { slept <- slow.Do(context.WithoutCancel(ctx), "debug", "sleep", "0.4").Err() }()
+	go func() { slept <- slow.Do(context.WithoutCancel(ctx), "debug", "sleep", "2").Err() }()
 	eventually(t, 5*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()

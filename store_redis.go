@@ -302,30 +302,24 @@ func (s redisStore) releaseQueued(ctx context.Context, ref lockRef, args []any) 
 // channel, the fence counter's TTL when the counter is named, and entry,
 // if given.
 func (s redisStore) releaseArgs(ref lockRef, companions bool, entry ...any) []any {
-	queued := companions && ref.queue != ""
-	n := 4 + 2 + len(entry) // the script's 3, the lock key; token, channel
-	if queued {
-		n++
-		if ref.fence != "" {
-			n += 2 // the counter, and its TTL
-			if ref.leader != "" {
-				n++
-			}
-		}
+	keys := 1 // each companion is optional after the one before
+	switch {
+	case !companions || ref.queue == "":
+	case ref.fence == "":
+		keys = 2
+	case ref.leader == "":
+		keys = 3
+	default:
+		keys = 4
 	}
-	args := make([]any, 4, n)
-	args[3] = ref.lockKey
-	fenced := false
-	if queued {
-		args = append(args, ref.queue)
-		if ref.fence != "" {
-			args, fenced = append(args, ref.fence), true
-			if ref.leader != "" {
-				args = append(args, ref.leader)
-			}
-		}
+	fenced := keys >= 3
+	n := 3 + keys + 2 + len(entry) // the script's 3, KEYS; token, channel; entry
+	if fenced {
+		n++ // the counter's TTL
 	}
-	args[2] = len(args) - 3
+	all := [4]any{ref.lockKey, ref.queue, ref.fence, ref.leader}
+	args := append(make([]any, 3, n), all[:keys]...)
+	args[2] = keys
 	args = append(args, ref.token, ref.channel)
 	if fenced {
 		args = append(args, ref.fenceTTLMS)
