@@ -45,10 +45,24 @@ func BenchmarkClientCost(b *testing.B) {
 		{"withlock", func(_ *redis.Client, l *Locker) error {
 			return l.WithLock(ctx, "k", noop, WithTTL(10*time.Second))
 		}},
+		{"raw-set", func(c *redis.Client, _ *Locker) error {
+			token := uuid.NewString()
+			if err := rawSetObtain.EvalSha(ctx, c, setKeys, token, 10000).Err(); err != nil {
+				return err
+			}
+			return rawSetRelease.EvalSha(ctx, c, setKeys, token).Err()
+		}},
+		{"set", func(_ *redis.Client, l *Locker) error {
+			lk, err := l.ObtainAll(ctx, setKeys, WithTTL(10*time.Second))
+			if err != nil {
+				return err
+			}
+			return lk.Release(ctx)
+		}},
 	} {
 		b.Run(row.name, func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
-			c.AddHook(freeServer{release: raw.Hash()})
+			c.AddHook(freeServer{release: raw.Hash(), rawSet: [2]string{rawSetObtain.Hash(), rawSetRelease.Hash()}})
 			l := New(c)
 			b.Cleanup(func() {
 				_ = l.Close()
@@ -69,7 +83,27 @@ func BenchmarkClientCost(b *testing.B) {
 // SET NX takes it, a release script releases it, and the permission
 // check finds nothing refused. Any other command fails, so that the
 // benchmark cannot measure a path it does not expect.
-type freeServer struct{ release string }
+type freeServer struct {
+	release string
+	rawSet  [2]string // the raw set's obtain and release scripts
+}
+
+// The raw set rows' scripts and keys: the bench module's one-script set
+// (MSETNX and PEXPIRE of each key; compare-and-delete of each).
+var (
+	setKeys       = []string{"{s}:a", "{s}:b"}
+	rawSetObtain  = redis.NewScript(rawSetObtainSrc)
+	rawSetRelease = redis.NewScript(rawSetReleaseSrc)
+)
+
+const (
+	rawSetObtainSrc = `if redis.call('msetnx', KEYS[1], ARGV[1], KEYS[2], ARGV[1]) == 0 then return 0 end
+for _, k in ipairs(KEYS) do redis.call('pexpire', k, ARGV[2]) end
+return 1`
+	rawSetReleaseSrc = `local n = 0
+for _, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end
+return n`
+)
 
 func (freeServer) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -94,8 +128,14 @@ func (h freeServer) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 		case *redis.Cmd:
 			if cmd.Name() == "evalsha" && len(args) > 1 {
 				switch args[1] {
-				case releaseLua.sha, h.release:
+				case releaseLua.sha, h.release, h.rawSet[0]:
 					c.SetVal(int64(1))
+					return nil
+				case multiReleaseLua.sha, h.rawSet[1]:
+					c.SetVal(int64(len(setKeys)))
+					return nil
+				case multiTryLua.sha:
+					c.SetVal([]any{int64(0), int64(0), int64(0)})
 					return nil
 				case probeLua.sha:
 					c.SetVal([]any{})

@@ -127,3 +127,77 @@ func TestSetLateResendStartsOver(t *testing.T) {
 		t.Fatalf("the queue of a holds %d members (%v): the late resend queued the set again", n, err)
 	}
 }
+
+// TestSetTryOnceScript: the attempt of a set that does not wait (no
+// queues, no fences) on a real server: refused at a key held by another
+// token, it deletes the keys it created and leaves the holder's key and
+// a key already holding its token as they were; won, every key holds the
+// token with the TTL again, and a key that held the token already (a
+// resend of an attempt whose reply was lost) counts as handed.
+func TestSetTryOnceScript(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	c := redis.NewClient(srv.Options())
+	t.Cleanup(func() { c.Close() })
+	l := New(c)
+	t.Cleanup(func() { l.Close() })
+	tag := uuid.NewString()
+	cfg := l.cfg
+	set := newLockSet([]string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c"}, &cfg)
+	a, b, k3 := set.lockKeys[0].(string), set.lockKeys[1].(string), set.lockKeys[2].(string)
+	token := setToken(3)
+	req := setReq{token: token, ttlMS: int64(60000), fenceTTLMS: cfg.fenceTTLMS, mode: setUnqueued}
+	ttlOf := func(k string) time.Duration {
+		t.Helper()
+		d, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	requireValue := func(k, want string) {
+		t.Helper()
+		got, err := c.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			got = "(absent)"
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s = %q, want %q", k, got, want)
+		}
+	}
+
+	// a holds the token already with a short TTL, c is held by another.
+	if err := c.Set(ctx, a, token, 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, k3, "another", 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.extras.acquireSet(ctx, set, req)
+	if err != nil || res.ok || res.held != 2 || res.holderTTL <= 20*time.Second {
+		t.Fatalf("refused attempt: %+v, %v; want refused at key 2 with its holder's TTL", res, err)
+	}
+	requireValue(a, token)
+	requireValue(b, "(absent)")
+	requireValue(k3, "another")
+	if d := ttlOf(a); d > 5*time.Second {
+		t.Fatalf("a refused attempt renewed a key it held: TTL %v", d)
+	}
+
+	// c is free now: the attempt wins, a counts as handed, every TTL is set.
+	if err := c.Del(ctx, k3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = l.extras.acquireSet(ctx, set, req)
+	if err != nil || !res.ok || !res.handed || len(res.fences) != 3 {
+		t.Fatalf("won attempt: %+v, %v; want won, one key handed", res, err)
+	}
+	for _, k := range []string{a, b, k3} {
+		requireValue(k, token)
+		if d := ttlOf(k); d <= 50*time.Second {
+			t.Fatalf("%s: TTL %v after the win, want the set's 60s", k, d)
+		}
+	}
+}

@@ -478,6 +478,52 @@ func TestObtainAllRefusedMidway(t *testing.T) {
 	require.NoError(t, lk.Release(ctx))
 }
 
+// TestObtainAllTryOnceRefusedMidway: the attempt of a set that does not
+// wait writes each key as it reads it; a write refused on a later key
+// (an ACL rule) after the first was created leaves nothing held, and the
+// error is not "held elsewhere".
+func TestObtainAllTryOnceRefusedMidway(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := t.Context()
+	client, admin := aclUser(t, srv, minimalRule...)
+	l := newLocker(t, client, locksmith.WithPrefix("locksmith:"))
+	keys := keySet(t, 2)
+	first, second := names(t, "locksmith:", keys[0]), names(t, "locksmith:", keys[1])
+	setRules(t, admin, client, "-set", "(+set ~"+first.Lock+")")
+	sets, dels := setCalls(t, admin)
+	_, err := l.ObtainAll(ctx, keys)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, locksmith.ErrNotObtained, "a refused write is not someone else's lock")
+	requireAbsent(t, admin, first.Lock, second.Lock)
+	sets2, dels2 := setCalls(t, admin)
+	require.Equal(t, sets+1, sets2, "the script was not refused midway: the first key was not written")
+	require.Equal(t, dels+1, dels2, "the first key was not deleted by the withdrawal")
+
+	setRules(t, admin, client, "+set")
+	lk, err := l.ObtainAll(ctx, keys)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	requireAbsent(t, admin, first.Lock, second.Lock)
+}
+
+// setCalls returns how many SET and DEL commands the server has run
+// (INFO commandstats; refused ones are not counted).
+func setCalls(t *testing.T, c *redis.Client) (sets, dels int) {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	require.NoError(t, err)
+	calls := func(cmd string) int {
+		_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			return 0
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		require.NoError(t, err)
+		return n
+	}
+	return calls("set"), calls("del")
+}
+
 // TestObtainAllUnderMaxmemory: a server out of memory refuses the first
 // write of the script: nothing is held, and the error is not "held
 // elsewhere".

@@ -35,6 +35,8 @@ func BenchmarkScriptCost(b *testing.B) {
 	}
 	releaseSilent := newLuaScript(silent)
 	cadPublish := newLuaScript(`if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('del', KEYS[1]) redis.pcall('publish', ARGV[2], '') return 1`)
+	free2 := func() error { return c.Del(ctx, setKeys...).Err() }
+	held2 := func() error { return c.MSet(ctx, setKeys[0], "tok", setKeys[1], "tok").Err() }
 	free := func() error { return c.Del(ctx, "k").Err() }
 	held := func() error { return c.Set(ctx, "k", "tok", 0).Err() }
 	script := func(s luaScript, args ...any) func() (any, error) {
@@ -55,6 +57,10 @@ func BenchmarkScriptCost(b *testing.B) {
 		{"lock_release.lua/no-publish", "evalsha", held, script(releaseSilent, 2, "k", "k:queue", "tok", "k:released")},
 		{"lock_release.lua/1-key-2-args", "evalsha", held, script(releaseLua, 1, "k", "tok", "k:released")},
 		{"cad-publish/1-key-2-args", "evalsha", held, script(cadPublish, 1, "k", "tok", "k:released")},
+		{"raw-set-obtain/2-keys", "evalsha", free2, script(newLuaScript(rawSetObtainSrc), 2, setKeys[0], setKeys[1], "tok", 10000)},
+		{"multi_try.lua/2-keys", "evalsha", free2, script(multiTryLua, 2, setKeys[0], setKeys[1], "tok", 10000)},
+		{"raw-set-release/2-keys", "evalsha", held2, script(newLuaScript(rawSetReleaseSrc), 2, setKeys[0], setKeys[1], "tok")},
+		{"multi_release.lua/2-keys", "evalsha", held2, script(multiReleaseLua, 4, setKeys[0], setKeys[1], "{s}:a:q", "{s}:b:q", "tok", 2, "1", "", "{s}:a:r", "{s}:b:r")},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			if err := c.ConfigResetStat(ctx).Err(); err != nil {

@@ -65,6 +65,7 @@ var (
 
 	// A set of locks taken at once (store_multi.go).
 	multiObtainLua  = newScript("lib_fence.lua", "multi_obtain.lua")
+	multiTryLua     = newScript("multi_try.lua")
 	multiRefreshLua = newScript("multi_refresh.lua")
 	multiPTTLLua    = newScript("multi_pttl.lua")
 

@@ -131,22 +131,34 @@ func setRefusal(e *RestartError) setRes {
 func (s redisStore) acquireSetUnguarded(ctx context.Context, set *lockSet, req setReq) (setRes, error) {
 	n := len(set.lockKeys)
 	queued := req.mode != setUnqueued
-	args := make([]any, 3, 3+3*n+8)
-	args = append(args, set.lockKeys...)
-	if queued {
-		args = append(args, set.queues...)
+	script := multiObtainLua
+	var args []any
+	if !queued && len(set.fences) == 0 {
+		// A try without queues or fences: the lean script, which takes
+		// only the token and the TTL.
+		script = multiTryLua
+		args = make([]any, 3, 5+n)
+		args = append(args, set.lockKeys...)
+		args[2] = n
+		args = append(args, req.token, req.ttlMS)
+	} else {
+		args = make([]any, 3, 3+3*n+8)
+		args = append(args, set.lockKeys...)
+		if queued {
+			args = append(args, set.queues...)
+		}
+		args = append(args, set.fences...)
+		args[2] = len(args) - 3
+		args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, modeArg(req.mode))
+		if queued {
+			args = append(args, req.entry, queueEntryLifeMS, req.arrival)
+		}
 	}
-	args = append(args, set.fences...)
-	args[2] = len(args) - 3
-	args = append(args, req.token, req.ttlMS, req.fenceTTLMS, n, modeArg(req.mode))
-	if queued {
-		args = append(args, req.entry, queueEntryLifeMS, req.arrival)
-	}
-	multiObtainLua.prepare(args)
+	script.prepare(args)
 	v, err := viaMaster(ctx, s, set.lockKeys[0].(string), func(c redis.UniversalClient) ([]any, error) {
-		return multiObtainLua.send(ctx, c, args).Slice()
+		return script.send(ctx, c, args).Slice()
 	}, func() ([]any, error) {
-		return multiObtainLua.send(ctx, s.client, args).Slice()
+		return script.send(ctx, s.client, args).Slice()
 	})
 	if err != nil {
 		return setRes{}, landedError{err}

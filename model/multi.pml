@@ -1,5 +1,5 @@
 /* mirrors: scripts/multi_obtain.lua f59073797094c61c61a63e85e12b3589150eca70 */
-/* mirrors: scripts/multi_release.lua d188f0089e1010d68399cacb31506f14498b1d18 */
+/* mirrors: scripts/multi_release.lua 4a891c4bd1762c031551a3ba45a22afed9254440 */
 /* mirrors: scripts/lib_queue.lua aaaff9dc8b3b288069c097f9c47e8f84e5dcc5d6 */
 /* mirrors: scripts/lock_obtain.lua 6f3d9912181d1c895a8ea1e4c496d306fa740e95 */
 /* mirrors: scripts/lock_release.lua 6b661eb34dd743f16c7cdc6e4d5e2e286b2c55e4 */
@@ -406,7 +406,7 @@ inline multi_release(c, withdraw) {
   d_step {
     printf("t=%d set %d tok %d multi_release (withdraw %d)\n", now, c, tokc[c], withdraw);
     k = 0;
-    do                                            /* 41-54 GET, EXISTS; 57-59 ZREM the caller's entry; 60-77 each key owned */
+    do                                            /* 58-80 EXISTS of the queues, GET; 86-88 DEL of the keys owned with no queue; 91-93 ZREM the caller's entry; 94-113 each key owned */
     :: k < NK ->
        if
        :: withdraw -> qrem(k, c)

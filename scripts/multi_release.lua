@@ -28,7 +28,12 @@
 --
 -- Every key is read before the first write; the announcements are sent
 -- with pcall, so a refused one (no rights on a channel) leaves the
--- release done, and its waiters notice it by polling.
+-- release done, and its waiters notice it by polling. Each call from the
+-- script costs the server time, so one EXISTS counts the queues (and a
+-- queue is asked about alone only when some but not all exist), and the
+-- keys released to nobody go in one DEL; in calls of at most 256 keys
+-- (unpack's limit is far above). The lock keys are read with GET, not
+-- MGET, to need no command beyond those docs/acl.md lists.
 -- Returns the number of keys released; a key absent or holding another
 -- token is left alone.
 local n = tonumber(ARGV[2])
@@ -39,21 +44,47 @@ if queued then
   q0 = n
 end
 local fenced = #KEYS > n + q0
+
+-- batched runs cmd, which answers a count, on keys[from..to] in calls of
+-- at most 256 keys, and returns the sum.
+local function batched(cmd, keys, from, to)
+  local sum = 0
+  for s = from, to, 256 do
+    sum = sum + redis.call(cmd, unpack(keys, s, math.min(s + 255, to)))
+  end
+  return sum
+end
+
+local queues = 0
+if queued then
+  queues = batched('exists', KEYS, n + 1, 2 * n)
+end
 local owned, waiting, last = {}, {}, {}
 local t
 for i = 1, n do
   owned[i] = redis.call('get', KEYS[i]) == ARGV[1]
-  if queued then
+  if queues == n then
+    waiting[i] = true
+  elseif queues > 0 then
     waiting[i] = redis.call('exists', KEYS[n + i]) == 1
-    if owned[i] and waiting[i] then
-      if not t then
-        t = redis.call('time')
-      end
-      if fenced then
-        last[i] = redis.call('get', KEYS[n + q0 + i])
-      end
+  end
+  if owned[i] and waiting[i] then
+    if not t then
+      t = redis.call('time')
+    end
+    if fenced then
+      last[i] = redis.call('get', KEYS[n + q0 + i])
     end
   end
+end
+local gone = {}
+for i = 1, n do
+  if owned[i] and not waiting[i] then
+    gone[#gone + 1] = KEYS[i]
+  end
+end
+if #gone > 0 then
+  batched('del', gone, 1, #gone)
 end
 local released = 0
 for i = 1, n do
@@ -75,7 +106,9 @@ for i = 1, n do
       redis.call('set', KEYS[i], token, 'PX', ttl)
       redis.pcall(publish, channel, ttl .. ' ' .. string.format('%d', fence) .. ' ' .. token)
     else
-      redis.call('del', KEYS[i])
+      if waiting[i] then
+        redis.call('del', KEYS[i])
+      end
       redis.pcall(publish, channel, '')
     end
     released = released + 1
