@@ -19,17 +19,28 @@ import (
 // taken), it is a lapsed attempt that writes nothing, so the set starts
 // over: a set never has entries of two arrivals, which could order two
 // sets differently in two queues and deadlock them.
-// takenSet returns a Locker on a real server, a set of two keys both held
-// by another token, and the request of the set's queued attempts.
-func takenSet(t *testing.T) (*redis.Client, *Locker, *lockSet, setReq) {
+// freshSet returns a client and a Locker on a real server, and a set of
+// the keys names under a new hash tag.
+func freshSet(t *testing.T, names ...string) (*redis.Client, *Locker, *lockSet) {
 	srv := redistest.Shared(t)
 	c := redis.NewClient(srv.Options())
 	t.Cleanup(func() { c.Close() })
 	l := New(c)
 	t.Cleanup(func() { l.Close() })
 	tag := uuid.NewString()
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = "{" + tag + "}:" + n
+	}
 	cfg := l.cfg
-	set := newLockSet([]string{"{" + tag + "}:a", "{" + tag + "}:b"}, &cfg)
+	return c, l, newLockSet(keys, &cfg)
+}
+
+// takenSet returns a Locker on a real server, a set of two keys both held
+// by another token, and the request of the set's queued attempts.
+func takenSet(t *testing.T) (*redis.Client, *Locker, *lockSet, setReq) {
+	c, l, set := freshSet(t, "a", "b")
+	cfg := l.cfg
 	for _, k := range set.lockKeys {
 		if err := c.Set(t.Context(), k.(string), "another", time.Minute).Err(); err != nil {
 			t.Fatal(err)
@@ -135,15 +146,9 @@ func TestSetLateResendStartsOver(t *testing.T) {
 // token with the TTL again, and a key that held the token already (a
 // resend of an attempt whose reply was lost) counts as handed.
 func TestSetTryOnceScript(t *testing.T) {
-	srv := redistest.Shared(t)
 	ctx := t.Context()
-	c := redis.NewClient(srv.Options())
-	t.Cleanup(func() { c.Close() })
-	l := New(c)
-	t.Cleanup(func() { l.Close() })
-	tag := uuid.NewString()
+	c, l, set := freshSet(t, "a", "b", "c")
 	cfg := l.cfg
-	set := newLockSet([]string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c"}, &cfg)
 	a, b, k3 := set.lockKeys[0].(string), set.lockKeys[1].(string), set.lockKeys[2].(string)
 	token := setToken(3)
 	req := setReq{token: token, ttlMS: int64(60000), fenceTTLMS: cfg.fenceTTLMS, mode: setUnqueued}
