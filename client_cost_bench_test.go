@@ -16,8 +16,9 @@ import (
 // go-redis's command handling alone: the rows' ratios hold from run to
 // run within a few percent, where those of the benchmarks over a real
 // server move by tens of percent (see docs/performance.md). The raw row is the bench module's raw loop
-// (SET NX and an EVALSHA compare-and-delete); the others are the
-// README's calls. Run it with
+// (SET NX and an EVALSHA compare-and-delete), the raw-set row its
+// one-script set of two keys (one script to take both, one to release
+// them); the others are the README's calls. Run it with
 //
 //	go test -run '^$' -bench ClientCost -benchmem
 func BenchmarkClientCost(b *testing.B) {
@@ -80,7 +81,8 @@ func BenchmarkClientCost(b *testing.B) {
 
 // freeServer is a go-redis hook that answers, without sending them, the
 // commands of an uncontended cycle as a server would whose lock is free:
-// SET NX takes it, a release script releases it, and the permission
+// SET NX takes it, a release script releases it, a set's scripts take
+// and release both keys of setKeys, and the permission
 // check finds nothing refused. Any other command fails, so that the
 // benchmark cannot measure a path it does not expect.
 type freeServer struct {

@@ -312,6 +312,48 @@ func TestObtainAllReleaseWakesWaiters(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
+// TestObtainAllReleasePartlyQueued: the release of a set of 300 keys
+// (more than one of the release script's calls of 256 keys) where only
+// the first and the last key have a waiter queued: those two are handed
+// to their waiters, and every other key is deleted.
+func TestObtainAllReleasePartlyQueued(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := t.Context()
+	c := newClient(t, srv.Options(), nil)
+	l := newLocker(t, c)
+	keys := keySet(t, 300)
+	set, err := l.ObtainAll(ctx, keys)
+	require.NoError(t, err)
+
+	waiter := newLocker(t, newClient(t, srv.Options(), nil))
+	ends := []string{keys[0], keys[len(keys)-1]}
+	got := make(chan *locksmith.Lock, len(ends))
+	for _, k := range ends {
+		go func() {
+			lk, err := waiter.Obtain(ctx, k, locksmith.WithRetry(locksmith.LinearBackoff(time.Minute)))
+			if err != nil {
+				t.Errorf("waiter on %q: %v", k, err)
+			}
+			got <- lk
+		}()
+	}
+	for _, k := range ends {
+		eventually(t, 5*time.Second, func() bool { return c.Exists(ctx, plainNames(k).Queue).Val() == 1 }, "queued on %q", k)
+	}
+	require.NoError(t, set.Release(ctx))
+	for range ends {
+		select {
+		case lk := <-got:
+			require.NotNil(t, lk)
+			requireHeldBy(t, c, lk.Token(), lk.Key())
+			defer func() { require.NoError(t, lk.Release(ctx)) }()
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter was not handed its key")
+		}
+	}
+	requireAbsent(t, c, keys[1:len(keys)-1]...)
+}
+
 // TestObtainAllLost: a set is lost as a whole when one key goes: Refresh
 // and TTL fail and change nothing, the lease ends with ErrLockLost, and
 // Release deletes the keys still held.

@@ -170,7 +170,7 @@ func (s redisStore) acquireSetUnguarded(ctx context.Context, set *lockSet, req s
 }
 
 // parseSetRes reads the reply of multi_obtain.lua for a set of n keys,
-// sent with queues or not.
+// sent with queues or not, or of multi_try.lua (a reply without queues).
 func parseSetRes(v []any, n int, queued bool) (setRes, bool) {
 	ints := make([]int64, 0, 3)
 	for _, x := range v {
