@@ -3,6 +3,7 @@ package locksmith
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 // server move by tens of percent (see docs/performance.md). The raw row is the bench module's raw loop
 // (SET NX and an EVALSHA compare-and-delete), the raw-set row its
 // one-script set of two keys (one script to take both, one to release
-// them); the others are the README's calls. Run it with
+// them); the others are the README's calls, the quorum row's on three
+// such servers (NewQuorum's defaults: the restart guard finds each up for
+// an hour, and every call fans out to the three). Run it with
 //
 //	go test -run '^$' -bench ClientCost -benchmem
 func BenchmarkClientCost(b *testing.B) {
@@ -60,14 +63,34 @@ func BenchmarkClientCost(b *testing.B) {
 			}
 			return lk.Release(ctx)
 		}},
+		{"quorum", func(_ *redis.Client, l *Locker) error {
+			lk, err := l.Obtain(ctx, "k", WithTTL(10*time.Second))
+			if err != nil {
+				return err
+			}
+			return lk.Release(ctx)
+		}},
 	} {
 		b.Run(row.name, func(b *testing.B) {
-			c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
-			c.AddHook(freeServer{release: raw.Hash(), rawSet: [2]string{rawSetObtain.Hash(), rawSetRelease.Hash()}})
-			l := New(c)
+			hook := freeServer{release: raw.Hash(), rawSet: [2]string{rawSetObtain.Hash(), rawSetRelease.Hash()}}
+			var clients []redis.UniversalClient
+			for range 3 {
+				c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
+				c.AddHook(hook)
+				clients = append(clients, c)
+			}
+			c := clients[0].(*redis.Client)
+			var l *Locker
+			if row.name == "quorum" {
+				l = NewQuorum(clients)
+			} else {
+				l = New(c)
+			}
 			b.Cleanup(func() {
 				_ = l.Close()
-				_ = c.Close()
+				for _, c := range clients {
+					_ = c.Close()
+				}
 			})
 			b.ReportAllocs()
 			for b.Loop() {
@@ -81,10 +104,12 @@ func BenchmarkClientCost(b *testing.B) {
 
 // freeServer is a go-redis hook that answers, without sending them, the
 // commands of an uncontended cycle as a server would whose lock is free:
-// SET NX takes it, a release script releases it, a set's scripts take
-// and release both keys of setKeys, and the permission
-// check finds nothing refused. Any other command fails, so that the
-// benchmark cannot measure a path it does not expect.
+// SET NX (or a quorum's try script) takes it, a release script releases
+// it, a set's scripts take and release both keys of setKeys, the
+// permission check finds nothing refused, and INFO server tells the
+// restart guard that the server has been up for an hour. Any other
+// command fails, so that the benchmark cannot measure a path it does not
+// expect.
 type freeServer struct {
 	release string
 	rawSet  [2]string // the raw set's obtain and release scripts
@@ -117,6 +142,12 @@ func (h freeServer) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
 		switch c := cmd.(type) {
+		case *redis.StringCmd:
+			if cmd.Name() == "info" {
+				// A quorum's restart guard: up for an hour.
+				c.SetVal("run_id:" + strings.Repeat("f", 40) + "\r\nuptime_in_seconds:3600\r\n")
+				return nil
+			}
 		case *redis.StatusCmd:
 			if cmd.Name() == "set" {
 				c.SetVal("OK")
@@ -130,7 +161,7 @@ func (h freeServer) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 		case *redis.Cmd:
 			if cmd.Name() == "evalsha" && len(args) > 1 {
 				switch args[1] {
-				case releaseLua.sha, h.release, h.rawSet[0]:
+				case releaseLua.sha, tryLua.sha, h.release, h.rawSet[0]:
 					c.SetVal(int64(1))
 					return nil
 				case multiReleaseLua.sha, h.rawSet[1]:
