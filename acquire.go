@@ -172,7 +172,7 @@ func newBackoff(s RetryStrategy) Backoff {
 
 // A place is where one call waits: in the queue of its key (an
 // acquisition's, in attempt.go), or, for a set of locks, in the queue of
-// every key of the set (a setAcquisition's, in multi.go). wait drives
+// every key of the set (a setAcquisition's, in multi_acquire.go). wait drives
 // either the same way.
 type place interface {
 	// name is the key that the call's errors name.
