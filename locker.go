@@ -355,14 +355,18 @@ func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, 
 		// continues with its original stack.
 		defer endLease(nil)
 		lost := lk.lostCause()
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(lk, lost != nil))
+		// context.WithDeadline(context.WithoutCancel(ctx), …), with a
+		// timer that the next release reuses (see bounds).
+		rb := releaseBounds.Get().(*bounds)
+		rctx := rb.start(context.WithoutCancel(ctx), releaseDeadline(lk, lost != nil))
 		var relErr error
 		if finish != nil && returned && err == nil && lost == nil {
 			relErr = finish(rctx, lk)
 		} else {
 			relErr = lk.Release(rctx)
 		}
-		cancel()
+		rb.stop()
+		releaseBounds.Put(rb)
 		if relErr != nil {
 			// The failed release resumed the renewal: end it.
 			lk.stopRenewal()

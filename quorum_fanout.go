@@ -41,15 +41,9 @@ type quorumCall struct {
 	answers []nodeAnswer
 	wg      sync.WaitGroup // the masters still being asked
 
-	// timer ends the bound of each use, cur, at its deadline: made by the
-	// first use and reset by the next ones, so that bounding a call costs
-	// no timer (see each).
-	timer *time.Timer
-	mu    sync.Mutex // guards cur
-	cur   *boundCtx  // the bound of the use in progress; nil between uses
-	// unlink stops parent's cancellation from ending the use in
-	// progress; nil when its parent cannot be cancelled.
-	unlink func() bool
+	// bounds bounds each use's wait (see each), with one timer for
+	// every use of the call.
+	bounds bounds
 }
 
 // nodeAnswer is one master's answer to a quorumCall.
@@ -258,95 +252,10 @@ func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall
 }
 
 // bound sets c.ctx to parent with a deadline wait away, until unbound,
-// which each calls once every master has answered. It does what
-// context.WithTimeout does, for half of its allocations (a boundCtx and
-// its Done channel, and a link when parent can be cancelled): the timer
-// is c's, reset for each use.
-//
-// Each use gets a new boundCtx, never one that was handed to go-redis
-// before: a hook may keep a command's context after the command, and a
-// context, once done, must stay done, with the same values. Only the
-// timer is reused, and it finds the use in progress through c.cur, under
-// c.mu: a timer that fires late, for a use that has ended, finds no use
-// or one whose deadline has not come, and does nothing.
+// which each calls once every master has answered (see bounds).
 func (c *quorumCall) bound(parent context.Context, wait time.Duration) {
-	b := &boundCtx{parent: parent, deadline: time.Now().Add(wait), done: make(chan struct{})}
-	c.mu.Lock()
-	c.cur = b
-	c.mu.Unlock()
-	if c.timer == nil {
-		c.timer = time.AfterFunc(wait, c.expire)
-	} else {
-		c.timer.Reset(wait)
-	}
-	if parent.Done() != nil {
-		c.unlink = context.AfterFunc(parent, func() { b.end(parent.Err()) })
-		if err := parent.Err(); err != nil {
-			b.end(err) // now, as WithTimeout would, not when f runs
-		}
-	}
-	c.ctx = b
+	c.ctx = c.bounds.start(parent, time.Now().Add(wait))
 }
 
 // unbound ends the use that bound started.
-func (c *quorumCall) unbound() {
-	c.timer.Stop()
-	if c.unlink != nil {
-		c.unlink()
-		c.unlink = nil
-	}
-	c.mu.Lock()
-	b := c.cur
-	c.cur = nil
-	c.mu.Unlock()
-	b.end(context.Canceled)
-}
-
-// expire ends the use in progress if its deadline has come: see bound.
-// The timer and time.Now's monotonic reading share one clock, so the
-// firing for a use never comes before that use's deadline.
-func (c *quorumCall) expire() {
-	c.mu.Lock()
-	b := c.cur
-	c.mu.Unlock()
-	if b != nil && !time.Now().Before(b.deadline) {
-		b.end(context.DeadlineExceeded)
-	}
-}
-
-// boundCtx is a context done when its parent is, or at its deadline (see
-// quorumCall.bound), or when the call it bounds ends. It takes its values
-// from its parent. Unlike a context of WithTimeout, it has no cause of
-// its own: when its parent can be cancelled, context.Cause reports the
-// parent's (nil until the parent is done). Neither the package nor
-// go-redis asks for the cause of the contexts it gives go-redis.
-type boundCtx struct {
-	parent   context.Context
-	deadline time.Time
-	done     chan struct{} // closed by end
-
-	mu  sync.Mutex // guards err
-	err error      // set by the first end, before done is closed
-}
-
-func (b *boundCtx) Deadline() (time.Time, bool) { return b.deadline, true }
-
-func (b *boundCtx) Done() <-chan struct{} { return b.done }
-
-func (b *boundCtx) Err() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
-}
-
-func (b *boundCtx) Value(key any) any { return b.parent.Value(key) }
-
-// end makes b done with err, unless it is done already.
-func (b *boundCtx) end(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.err == nil {
-		b.err = err
-		close(b.done)
-	}
-}
+func (c *quorumCall) unbound() { c.bounds.stop() }
