@@ -225,12 +225,17 @@ func (a *acquisition) newHandle(token string) *Lock {
 	lk := &Lock{key: a.key, token: token, cfg: cfg.holdConfig, ttl: cfg.ttl, hold: a.kind.hold(), fencing: cfg.fencing}
 	lk.ref = lockRef{key: a.rkey, lockKey: a.rkey, token: token, fenceTTLMS: cfg.fenceTTLMS}
 	lk.ref.channel = a.channel
-	if lk.ref.channel == nil {
-		lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
-	}
 	st := a.l.stores()
-	if a.kind.handoff(st) != nil {
+	switch queued := a.kind.handoff(st) != nil; {
+	case queued && lk.ref.channel == nil:
+		// Both names in one allocation.
+		var channel string
+		lk.ref.queue, channel = keyslot.Companions(cfg.prefix, a.key, keyslot.Queue, keyslot.Released)
+		lk.ref.channel = channel
+	case queued:
 		lk.ref.queue = keyslot.Companion(cfg.prefix, a.key, keyslot.Queue)
+	case lk.ref.channel == nil:
+		lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
 	}
 	a.kind.handle(st, lk)
 	return lk

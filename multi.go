@@ -265,8 +265,8 @@ func newLockSet(keys []string, cfg *config) *lockSet {
 	}
 	for i, k := range keys {
 		set.lockKeys[i] = cfg.prefix + k
-		set.queues[i] = keyslot.Companion(cfg.prefix, k, keyslot.Queue)
-		set.channels[i] = keyslot.Companion(cfg.prefix, k, keyslot.Released)
+		queue, channel := keyslot.Companions(cfg.prefix, k, keyslot.Queue, keyslot.Released)
+		set.queues[i], set.channels[i] = queue, channel
 		if cfg.fencing {
 			set.fences[i] = keyslot.Companion(cfg.prefix, k, keyslot.Fence)
 		}

@@ -89,6 +89,25 @@ func Companion(prefix, key string, kind Kind) string {
 	return forcedCompanion(head+"%"+key, rkey)
 }
 
+// Companions returns Companion(prefix, key, a) and Companion(prefix, key,
+// b) in one allocation: both names are cut from one string.
+func Companions(prefix, key string, a, b Kind) (string, string) {
+	rkey := prefix + key
+	var both string
+	n := len(prefix) + len(Mark) + len(a)
+	switch {
+	case HashTag(rkey) != "":
+		both = prefix + Mark + string(a) + ":" + key + prefix + Mark + string(b) + ":" + key
+		n += 1 + len(key)
+	case strings.IndexByte(rkey, '}') < 0:
+		both = prefix + Mark + string(a) + "#{" + rkey + "}" + prefix + Mark + string(b) + "#{" + rkey + "}"
+		n += 3 + len(rkey)
+	default:
+		return Companion(prefix, key, a), Companion(prefix, key, b)
+	}
+	return both[:n], both[n:]
+}
+
 // forcedCompanion returns base followed by four characters from '0' to
 // '?' (0x30 to 0x3f), the first such name, in order, that Redis Cluster
 // assigns to the slot of rkey, a key without a hash tag. base has no hash

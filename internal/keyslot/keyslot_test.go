@@ -136,6 +136,26 @@ func TestCompanionNames(t *testing.T) {
 	}
 }
 
+// TestCompanions checks that Companions names what two Companion calls
+// name, in every layout (a tag in the key, in the prefix, none, and a key
+// no tag can match), and that it allocates once.
+func TestCompanions(t *testing.T) {
+	for _, tc := range []struct{ prefix, key string }{
+		{"", "report:2026-11-30"}, {"locksmith:", "report"}, {"locksmith:", "order:{42}:ship"},
+		{"{app}:", "report"}, {"", "a{b"}, {"", "{{a}}"}, {"p:", "a{b}c{d}"}, {"", "x"},
+		{"", "}"}, {"p:", "a{}b"}, {"p:", "x}{y"},
+	} {
+		q, r := Companions(tc.prefix, tc.key, Queue, Released)
+		if wq, wr := Companion(tc.prefix, tc.key, Queue), Companion(tc.prefix, tc.key, Released); q != wq || r != wr {
+			t.Errorf("Companions(%q, %q) = %q, %q, want %q, %q", tc.prefix, tc.key, q, r, wq, wr)
+		}
+	}
+	var q, r string
+	if n := testing.AllocsPerRun(100, func() { q, r = Companions("locksmith:", "order:42", Queue, Released) }); n != 1 {
+		t.Errorf("Companions allocated %v times, want 1 (%q, %q)", n, q, r)
+	}
+}
+
 func TestCheckKeyAndPrefix(t *testing.T) {
 	for _, key := range []string{"", "~", "~queue:x", "~done#{x}"} {
 		if err := CheckKey(key); err == nil {
