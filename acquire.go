@@ -64,8 +64,8 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	// See below for how waiting works, and handoff.go for how a release
 	// hands the hold to a waiter.
 	queue := k.queues(l.stores(), cfg.replicas)
-	ch := keyslot.Companion(cfg.prefix, key, keyslot.Released)
-	a.channel = ch
+	qn, ch := keyslot.Companions(cfg.prefix, key, keyslot.Queue, keyslot.Released)
+	a.channel, a.queue = ch, qn
 	t := l.notify.Ticket(ch)
 	if t.Queued {
 		// Others of this Locker wait already: queue up behind them

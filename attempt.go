@@ -142,7 +142,9 @@ type acquisition struct {
 	w *notify.Waiter
 	// channel is the key's release channel, boxed once for the handles of
 	// a call that waits (see newHandle); nil for one that tries once.
+	// queue is its handoff queue's name, made with it.
 	channel any
+	queue   string
 }
 
 // An acquisition that waits is a place (see wait, in acquire.go).
@@ -233,7 +235,7 @@ func (a *acquisition) newHandle(token string) *Lock {
 		lk.ref.queue, channel = keyslot.Companions(cfg.prefix, a.key, keyslot.Queue, keyslot.Released)
 		lk.ref.channel = channel
 	case queued:
-		lk.ref.queue = keyslot.Companion(cfg.prefix, a.key, keyslot.Queue)
+		lk.ref.queue = a.queue
 	case lk.ref.channel == nil:
 		lk.ref.channel = keyslot.Companion(cfg.prefix, a.key, keyslot.Released)
 	}
