@@ -77,7 +77,7 @@ func report(sc scenario, results []*result, rtt time.Duration) *table {
 	case sc.contended:
 		t.header = append([]string{"library", "handoffs/s", "to another/s"}, contendedColumns...)
 	default:
-		t.header = []string{"library", "cycles/s", "by round vs raw", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "server CPU/cycle", "command time/cycle", "gave up", "errors"}
+		t.header = []string{"library", "cycles/s", "by round vs raw", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "client CPU/cycle", "server CPU/cycle", "command time/cycle", "gave up", "errors"}
 	}
 	for _, r := range results {
 		if r.err != nil {
@@ -140,6 +140,7 @@ func cycleRow(r, base *result) []string {
 		fmtDur(maxOf(r.lat)),
 		withRatio(fmtFloat(r.perOp(float64(r.mallocs))), r.perOp(float64(r.mallocs)), baseOf(base, func(b *result) float64 { return b.perOp(float64(b.mallocs)) })),
 		withRatio(fmtFloat(r.perOp(float64(r.server.reads))), r.perOp(float64(r.server.reads)), baseOf(base, reads)),
+		withRatio(fmtMicros(clientCPU(r)), clientCPU(r), baseOf(base, clientCPU)),
 		withRatio(fmtMicros(serverCPU(r)), serverCPU(r), baseOf(base, serverCPU)),
 		withRatio(fmtMicros(commandTime(r)), commandTime(r), baseOf(base, commandTime)),
 		strconv.FormatInt(r.gaveUp, 10),
@@ -319,6 +320,9 @@ func calls(r *result) float64 { return r.perOp(float64(r.server.calls)) }
 // the part of it inside commands (INFO commandstats).
 func serverCPU(r *result) float64   { return r.perOp(float64(r.server.cpu)) }
 func commandTime(r *result) float64 { return r.perOp(float64(r.server.usec)) }
+
+// clientCPU is the benchmark process's CPU time per operation in µs.
+func clientCPU(r *result) float64 { return r.perOp(float64(r.clientCPU.Microseconds())) }
 
 // fmtMicros formats a figure in µs.
 func fmtMicros(us float64) string { return fmtFloat(us) + "µs" }

@@ -122,7 +122,11 @@ type result struct {
 	// scenarios only; may be nil otherwise).
 	writeLat *hist
 	mallocs  uint64
-	server   counters // sent to the deployment in the window, summed over its servers
+	// clientCPU is this process's CPU time (user and system) in the
+	// window: the library's calls, go-redis, the runtime's garbage
+	// collection and the benchmark's own bookkeeping.
+	clientCPU time.Duration
+	server    counters // sent to the deployment in the window, summed over its servers
 	// Contended only.
 	perWorker  []int64
 	violations int64
@@ -297,12 +301,14 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	res.err = errors.Join(res.err, err)
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	cpu0 := processCPU()
 	from := time.Now()
 	g.open(from)
 	w.phase.Store(1)
 
 	res.err = errors.Join(res.err, sleepUntil(ctx, w.end))
 	w.phase.Store(2)
+	cpu1 := processCPU()
 	runtime.ReadMemStats(&m1)
 	after, err := d.snapshot(ctx)
 	res.err = errors.Join(res.err, err)
@@ -320,6 +326,7 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 
 	res.elapsed = w.end.Sub(from)
 	res.mallocs = m1.Mallocs - m0.Mallocs
+	res.clientCPU = cpu1 - cpu0
 	res.server = after.sub(before)
 	res.violations = c.violations.Load() + g.violations.Load() + sg.violations.Load()
 	res.peakReaders = g.peakReaders.Load()
@@ -533,6 +540,7 @@ func (r *result) add(o *result) *result {
 	r.peakReaders = max(r.peakReaders, o.peakReaders)
 	r.longestGap = max(r.longestGap, o.longestGap)
 	r.mallocs += o.mallocs
+	r.clientCPU += o.clientCPU
 	r.server.add(o.server)
 	r.roundRatios = append(r.roundRatios, o.roundRatios...)
 	for i, n := range o.perWorker {
