@@ -11,16 +11,8 @@ import (
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
-// TestSetResendKeepsArrival: the first queued attempt of a set, sent again
-// after its reply was lost (as a client resends a command on a new
-// connection), finds the set's entries already queued and keeps their
-// arrival rather than taking the server's time again; and when one of
-// those entries is gone by then (a key handed to the set expired and was
-// taken), it is a lapsed attempt that writes nothing, so the set starts
-// over: a set never has entries of two arrivals, which could order two
-// sets differently in two queues and deadlock them.
 // freshSet returns a client and a Locker on a real server, and a set of
-// the keys names under a new hash tag.
+// the keys named names, under a new hash tag.
 func freshSet(t *testing.T, names ...string) (*redis.Client, *Locker, *lockSet) {
 	srv := redistest.Shared(t)
 	c := redis.NewClient(srv.Options())
@@ -51,6 +43,14 @@ func takenSet(t *testing.T) (*redis.Client, *Locker, *lockSet, setReq) {
 		entry: queueEntry(cfg.ttlMS.(int64), false, token)}
 }
 
+// TestSetResendKeepsArrival: the first queued attempt of a set, sent again
+// after its reply was lost (as a client resends a command on a new
+// connection), finds the set's entries already queued and keeps their
+// arrival rather than taking the server's time again; and when one of
+// those entries is gone by then (a key handed to the set expired and was
+// taken), it is a lapsed attempt that writes nothing, so the set starts
+// over: a set never has entries of two arrivals, which could order two
+// sets differently in two queues and deadlock them.
 func TestSetResendKeepsArrival(t *testing.T) {
 	ctx := t.Context()
 	c, l, set, req := takenSet(t)
@@ -173,7 +173,7 @@ func TestSetTryOnceScript(t *testing.T) {
 		}
 	}
 
-	// a holds the token already with a short TTL, c is held by another.
+	// a holds the token already with a short TTL, k3 is held by another.
 	if err := c.Set(ctx, a, token, 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestSetTryOnceScript(t *testing.T) {
 		t.Fatalf("a refused attempt renewed a key it held: TTL %v", d)
 	}
 
-	// c is free now: the attempt wins, a counts as handed, every TTL is set.
+	// k3 is free now: the attempt wins, a counts as handed, every TTL is set.
 	if err := c.Del(ctx, k3).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -284,32 +284,48 @@ func TestObtainAllReleaseWakesWaiters(t *testing.T) {
 	set, err := l.ObtainAll(ctx, keys)
 	require.NoError(t, err)
 
+	got := queuedWaiters(t, srv, c, keys)
+	start := time.Now()
+	require.NoError(t, set.Release(ctx))
+	for range keys {
+		select {
+		case w := <-got:
+			require.NoError(t, w.err)
+			require.NoError(t, w.lk.Release(ctx))
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter was not woken")
+		}
+	}
+	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A waited is what a waiting Obtain of queuedWaiters returned.
+type waited struct {
+	lk  *locksmith.Lock
+	err error
+}
+
+// queuedWaiters starts, on a Locker of its own on srv, one Obtain per key
+// that waits with a retry delay of a minute (so that only an announced
+// release wakes it in time), and returns once each is subscribed to its
+// key's channel and queued in Redis (seen through c). Each call's lock or
+// error arrives on the channel; the calls end with the test's context.
+func queuedWaiters(t *testing.T, srv *redistest.Server, c *redis.Client, keys []string) <-chan waited {
+	t.Helper()
+	ctx := t.Context()
 	waiter := newLocker(t, newClient(t, srv.Options(), nil))
-	got := make(chan error, len(keys))
+	got := make(chan waited, len(keys))
 	for _, k := range keys {
 		go func() {
 			lk, err := waiter.Obtain(ctx, k, locksmith.WithRetry(locksmith.LinearBackoff(time.Minute)))
-			if err == nil {
-				err = lk.Release(ctx)
-			}
-			got <- err
+			got <- waited{lk, err}
 		}()
 	}
 	for _, k := range keys {
 		waitSubscribed(t, c, plainNames(k).Channel, 1)
 		eventually(t, 5*time.Second, func() bool { return c.Exists(ctx, plainNames(k).Queue).Val() == 1 }, "queued on %q", k)
 	}
-	start := time.Now()
-	require.NoError(t, set.Release(ctx))
-	for range keys {
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("a waiter was not woken")
-		}
-	}
-	require.Less(t, time.Since(start), 5*time.Second)
+	return got
 }
 
 // TestObtainAllReleasePartlyQueued: the release of a set of 300 keys
@@ -325,26 +341,14 @@ func TestObtainAllReleasePartlyQueued(t *testing.T) {
 	set, err := l.ObtainAll(ctx, keys)
 	require.NoError(t, err)
 
-	waiter := newLocker(t, newClient(t, srv.Options(), nil))
 	ends := []string{keys[0], keys[len(keys)-1]}
-	got := make(chan *locksmith.Lock, len(ends))
-	for _, k := range ends {
-		go func() {
-			lk, err := waiter.Obtain(ctx, k, locksmith.WithRetry(locksmith.LinearBackoff(time.Minute)))
-			if err != nil {
-				t.Errorf("waiter on %q: %v", k, err)
-			}
-			got <- lk
-		}()
-	}
-	for _, k := range ends {
-		eventually(t, 5*time.Second, func() bool { return c.Exists(ctx, plainNames(k).Queue).Val() == 1 }, "queued on %q", k)
-	}
+	got := queuedWaiters(t, srv, c, ends)
 	require.NoError(t, set.Release(ctx))
 	for range ends {
 		select {
-		case lk := <-got:
-			require.NotNil(t, lk)
+		case w := <-got:
+			require.NoError(t, w.err)
+			lk := w.lk
 			requireHeldBy(t, c, lk.Token(), lk.Key())
 			defer func() { require.NoError(t, lk.Release(ctx)) }()
 		case <-time.After(10 * time.Second):
