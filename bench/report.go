@@ -140,13 +140,9 @@ func cycleRow(r, base *result) []string {
 		fmtDur(maxOf(r.lat)),
 		withRatio(fmtFloat(r.perOp(float64(r.mallocs))), r.perOp(float64(r.mallocs)), baseOf(base, func(b *result) float64 { return b.perOp(float64(b.mallocs)) })),
 		withRatio(fmtFloat(r.perOp(float64(r.server.reads))), r.perOp(float64(r.server.reads)), baseOf(base, reads)),
-		withRatio(fmtMicros(clientCPU(r)), clientCPU(r), baseOf(base, clientCPU)),
-		withRatio(fmtMicros(serverCPU(r)), serverCPU(r), baseOf(base, serverCPU)),
-		withRatio(fmtMicros(commandTime(r)), commandTime(r), baseOf(base, commandTime)),
-		strconv.FormatInt(r.gaveUp, 10),
-		strconv.FormatInt(r.errs, 10),
 	}
-	return row
+	row = append(row, cpuColumns(r, base)...)
+	return append(row, strconv.FormatInt(r.gaveUp, 10), strconv.FormatInt(r.errs, 10))
 }
 
 // contendedRow is a row of a contended table: for a semaphore scenario,
@@ -320,6 +316,13 @@ func calls(r *result) float64 { return r.perOp(float64(r.server.calls)) }
 // the part of it inside commands (INFO commandstats).
 func serverCPU(r *result) float64   { return r.perOp(float64(r.server.cpu)) }
 func commandTime(r *result) float64 { return r.perOp(float64(r.server.usec)) }
+
+// cpuColumns are an uncontended row's CPU columns, each with its ratio to
+// base: the client's, the servers', and the servers' inside commands.
+func cpuColumns(r, base *result) []string {
+	col := func(f func(*result) float64) string { return withRatio(fmtMicros(f(r)), f(r), baseOf(base, f)) }
+	return []string{col(clientCPU), col(serverCPU), col(commandTime)}
+}
 
 // clientCPU is the benchmark process's CPU time per operation in µs.
 func clientCPU(r *result) float64 { return r.perOp(float64(r.clientCPU.Microseconds())) }
@@ -503,7 +506,7 @@ func ratioTable(title string, results []*result) *table {
 // shares.
 func setColumns(sc scenario) []string {
 	if !sc.contended {
-		return []string{"library", "cycles/s", "by round vs one-script", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "commands/cycle", "server CPU/cycle", "command time/cycle", "gave up", "errors", "violations"}
+		return []string{"library", "cycles/s", "by round vs one-script", "p50", "p99", "max", "allocs/cycle", "requests/cycle", "commands/cycle", "client CPU/cycle", "server CPU/cycle", "command time/cycle", "gave up", "errors", "violations"}
 	}
 	return []string{"library", "sets/s", "by round vs one-script", "held of " + strconv.Itoa(sc.pool/sc.set), "wait p50", "wait p99", "wait max",
 		"requests/acq", "commands/acq", "allocs/acq", "fairness min/mean", "acq/worker min/mean/max", "hold / release mean", "gave up", "errors", "violations"}
@@ -522,13 +525,14 @@ func setRow(sc scenario, r, base *result) []string {
 		byRound(r.roundRatios),
 	}
 	if !sc.contended {
-		return append(row,
+		row = append(row,
 			withRatio(fmtDur(r.lat.quantile(0.5)), secs(r.lat.quantile(0.5)), baseOf(base, p50)),
 			withRatio(fmtDur(r.lat.quantile(0.99)), secs(r.lat.quantile(0.99)), baseOf(base, p99)),
 			fmtDur(maxOf(r.lat)),
 			perOp(allocs), perOp(reads), perOp(calls),
-			withRatio(fmtMicros(serverCPU(r)), serverCPU(r), baseOf(base, serverCPU)),
-			withRatio(fmtMicros(commandTime(r)), commandTime(r), baseOf(base, commandTime)),
+		)
+		row = append(row, cpuColumns(r, base)...)
+		return append(row,
 			strconv.FormatInt(r.gaveUp, 10),
 			strconv.FormatInt(r.errs, 10),
 			strconv.FormatInt(r.violations, 10),
