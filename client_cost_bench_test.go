@@ -115,8 +115,11 @@ type freeServer struct {
 	rawSet  [2]string // the raw set's obtain and release scripts
 }
 
-// The raw set rows' scripts and keys: the bench module's one-script set
-// (MSETNX and PEXPIRE of each key; compare-and-delete of each).
+// The raw set rows' scripts and keys: copies of the bench module's
+// one-script set (setScriptObtainSrc and setScriptReleaseSrc in
+// bench/sets.go, which this module cannot import; a test there checks that
+// they are the same): MSETNX of every key then PEXPIRE of each; GET of
+// every key, then one DEL if all hold the token.
 var (
 	setKeys       = []string{"{s}:a", "{s}:b"}
 	rawSetObtain  = redis.NewScript(rawSetObtainSrc)
@@ -124,12 +127,28 @@ var (
 )
 
 const (
-	rawSetObtainSrc = `if redis.call('msetnx', KEYS[1], ARGV[1], KEYS[2], ARGV[1]) == 0 then return 0 end
-for _, k in ipairs(KEYS) do redis.call('pexpire', k, ARGV[2]) end
-return 1`
-	rawSetReleaseSrc = `local n = 0
-for _, k in ipairs(KEYS) do if redis.call('get', k) == ARGV[1] then n = n + redis.call('del', k) end end
-return n`
+	rawSetObtainSrc = `
+local args = {}
+for i, key in ipairs(KEYS) do
+  args[2 * i - 1] = key
+  args[2 * i] = ARGV[1]
+end
+if redis.call('MSETNX', unpack(args)) == 0 then
+  return 0
+end
+for _, key in ipairs(KEYS) do
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1
+`
+	rawSetReleaseSrc = `
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then
+    return 0
+  end
+end
+return redis.call('DEL', unpack(KEYS))
+`
 )
 
 func (freeServer) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -134,7 +134,9 @@ func (s setScriptLib) newLocker(d *deployment) (locker, error) {
 // setScriptObtain takes a set. KEYS: the set's keys. ARGV[1]: the
 // caller's token, ARGV[2]: the TTL in ms. Returns 1 when taken, 0 when
 // any key is held (then nothing is written).
-var setScriptObtain = redis.NewScript(`
+var setScriptObtain = redis.NewScript(setScriptObtainSrc)
+
+const setScriptObtainSrc = `
 local args = {}
 for i, key in ipairs(KEYS) do
   args[2 * i - 1] = key
@@ -147,19 +149,21 @@ for _, key in ipairs(KEYS) do
   redis.call('PEXPIRE', key, ARGV[2])
 end
 return 1
-`)
+`
 
 // setScriptRelease deletes a set if every key still holds the caller's
 // token. KEYS: the set's keys. ARGV[1]: the token. Returns the keys
 // deleted: all of them, or 0.
-var setScriptRelease = redis.NewScript(`
+var setScriptRelease = redis.NewScript(setScriptReleaseSrc)
+
+const setScriptReleaseSrc = `
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) ~= ARGV[1] then
     return 0
   end
 end
 return redis.call('DEL', unpack(KEYS))
-`)
+`
 
 type setScriptLocker struct {
 	client *redis.Client

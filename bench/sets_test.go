@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,4 +144,19 @@ func TestSetLockers(t *testing.T) {
 			t.Errorf("%d keys left after release, want 0", n)
 		}
 	})
+}
+
+// TestSetScriptsCopiedInTheLibrary: the library's BenchmarkClientCost and
+// BenchmarkScriptCost measure copies of the one-script set's scripts (the
+// library's module cannot import this one): they must be these scripts.
+func TestSetScriptsCopiedInTheLibrary(t *testing.T) {
+	src, err := os.ReadFile("../client_cost_bench_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, script := range map[string]string{"rawSetObtainSrc": setScriptObtainSrc, "rawSetReleaseSrc": setScriptReleaseSrc} {
+		if !strings.Contains(string(src), name+" = `"+script+"`") {
+			t.Errorf("../client_cost_bench_test.go: %s is not bench/sets.go's script", name)
+		}
+	}
 }
