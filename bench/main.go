@@ -203,6 +203,9 @@ func run() int {
 		if sc.sets() {
 			ratioTable(fmt.Sprintf("%s: ratios of %s", sc.id, rateName(sc)), results).print(os.Stdout)
 		}
+		if o.rounds > 1 {
+			pairedTable(fmt.Sprintf("%s: rates round by round (row / column)", sc.id), results).print(os.Stdout)
+		}
 		for _, r := range results {
 			switch {
 			case r.violations == 0:

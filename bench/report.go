@@ -457,11 +457,7 @@ func byRound(ratios []float64) string {
 	if len(rs) == 0 {
 		return "-"
 	}
-	slices.Sort(rs)
-	med := rs[len(rs)/2]
-	if len(rs)%2 == 0 {
-		med = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
-	}
+	med := median(rs)
 	if len(rs) == 1 {
 		return fmt.Sprintf("%.2fx", med)
 	}
@@ -499,6 +495,63 @@ func ratioTable(title string, results []*result) *table {
 		t.rows = append(t.rows, row)
 	}
 	return t
+}
+
+// pairedTable returns a table of every result against every other,
+// round by round, titled title: each cell is the median over the rounds
+// of the row's rate over the column's in the same round, and in how many
+// rounds the row's rate was the higher. The rates of one round were
+// measured within seconds of each other, so the machine's drift between
+// rounds, which moves every row's total, largely cancels: on a noisy
+// machine this is the fairest way to ask whether one row is ahead of
+// another. A cell is "-" for a failed result or rounds without a baseline.
+func pairedTable(title string, results []*result) *table {
+	t := &table{title: title, header: []string{"row / column"}}
+	for _, r := range results {
+		t.header = append(t.header, r.lib.name())
+	}
+	for _, r := range results {
+		row := []string{r.lib.name()}
+		for _, c := range results {
+			row = append(row, pairedCell(r, c))
+		}
+		t.rows = append(t.rows, row)
+	}
+	t.notes = append(t.notes, "each cell: the median over the rounds of the row's rate over the column's in the same round, then the rounds in which the row was faster, of the rounds both ran")
+	return t
+}
+
+// pairedCell compares r with c round by round: see pairedTable.
+func pairedCell(r, c *result) string {
+	if r.err != nil || c.err != nil || len(r.roundRatios) != len(c.roundRatios) {
+		return "-"
+	}
+	var ratios []float64
+	won := 0
+	for i, x := range r.roundRatios {
+		y := c.roundRatios[i]
+		if x <= 0 || y <= 0 {
+			continue
+		}
+		ratios = append(ratios, x/y)
+		if x > y {
+			won++
+		}
+	}
+	if len(ratios) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx (%d/%d)", median(ratios), won, len(ratios))
+}
+
+// median returns the median of vs, which it sorts; vs is not empty.
+func median(vs []float64) float64 {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2
+	}
+	return vs[n/2]
 }
 
 // setColumns are the columns of a set table: an uncontended one's are

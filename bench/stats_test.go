@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -89,6 +90,27 @@ func TestByRound(t *testing.T) {
 	} {
 		if got := byRound(c.in); got != c.want {
 			t.Errorf("byRound(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestPairedCell(t *testing.T) {
+	rounds := func(ratios ...float64) *result { return &result{roundRatios: ratios} }
+	for _, c := range []struct {
+		name string
+		r, c *result
+		want string
+	}{
+		// Round by round 1.1, 0.5 and 1.2 (and 1.0, a tie, not a win).
+		{"median and wins", rounds(1.1, 0.5, 1.2, 0.9), rounds(1.0, 1.0, 1.0, 0.9), "1.05x (2/4)"},
+		{"rounds without a baseline left out", rounds(0, 2.0, 1.0), rounds(1.0, 1.0, 2.0), "1.25x (1/2)"},
+		{"drift between rounds cancels", rounds(0.5, 2.0), rounds(0.25, 1.0), "2.00x (2/2)"},
+		{"no common round", rounds(0, 1.0), rounds(1.0, 0), "-"},
+		{"a failed result", &result{err: errors.New("down"), roundRatios: []float64{1}}, rounds(1.0), "-"},
+		{"rounds that differ", rounds(1.0, 1.0), rounds(1.0), "-"},
+	} {
+		if got := pairedCell(c.r, c.c); got != c.want {
+			t.Errorf("%s: pairedCell = %q, want %q", c.name, got, c.want)
 		}
 	}
 }

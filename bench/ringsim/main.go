@@ -1,0 +1,248 @@
+// Command ringsim computes, by discrete-event simulation, how many sets of
+// scenario 12 (set16) can be held at once under two disciplines, to tell
+// what the benchmark's figures can reach on any implementation:
+//
+//   - fifo: every key serves its waiters strictly in arrival order (what
+//     issue 25 item 4 asks of ObtainAll); a waiter takes a key when it is
+//     first in that key's queue and the key is free, and holds it while
+//     it waits for its other key;
+//   - poll: a caller takes both keys at once when both are free, and
+//     otherwise retries after about the retry interval (the one-script
+//     set of the benchmark, polling every 1ms).
+//
+// The ring is that of the scenario: 8 keys, 16 workers, worker w takes keys
+// w%8 and (w+1)%8, holds them -hold, releases both, and asks again after
+// -gap. Handing a released key to the next waiter takes -hand; every
+// duration varies by -jitter. Each discipline runs -seeds times from
+// different random starts (arrival order settles into convoys that depend
+// on how it started, so one run says little), and the mean and range are
+// reported: the number of sets held at once (at most 4), the sets per
+// second, and the fairness (fewest acquisitions of a worker over the
+// mean).
+//
+//	cd bench && go run ./ringsim
+package main
+
+import (
+	"container/heap"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+func main() {
+	var c config
+	flag.DurationVar(&c.hold, "hold", 2300*time.Microsecond, "how long a set is held")
+	flag.DurationVar(&c.hand, "hand", 100*time.Microsecond, "fifo: from a release to the next waiter holding the key")
+	flag.DurationVar(&c.rtt, "rtt", 100*time.Microsecond, "poll: one attempt's round trip")
+	flag.DurationVar(&c.retry, "retry", time.Millisecond, "poll: the mean pause before a retry (uniform over 0.5-1.5 times it)")
+	flag.DurationVar(&c.gap, "gap", 250*time.Microsecond, "from a release to the worker's next request")
+	flag.Float64Var(&c.jitter, "jitter", 0.5, "each hold, hand-over, gap and round trip is its flag's value times a uniform factor in 1 ± jitter/2")
+	flag.DurationVar(&c.length, "length", 20*time.Second, "simulated time of each run")
+	seeds := flag.Int("seeds", 8, "runs of each discipline, each from its own random start")
+	flag.Parse()
+	for _, d := range []struct {
+		name string
+		run  func(config) outcome
+	}{{"fifo", fifo}, {"poll", poll}} {
+		var held, rate, fair []float64
+		for seed := range *seeds {
+			c.seed = uint64(seed) + 1
+			o := d.run(c)
+			held, rate, fair = append(held, o.held), append(rate, o.rate), append(fair, o.fairness)
+		}
+		fmt.Printf("%s, %d runs: held %s of 4, %s sets/s, fairness %s\n", d.name, *seeds, spread(held, "%.2f"), spread(rate, "%.0f"), spread(fair, "%.2f"))
+	}
+}
+
+// spread formats the mean of vs and their range with format.
+func spread(vs []float64, format string) string {
+	sum := 0.0
+	for _, v := range vs {
+		sum += v
+	}
+	f := func(v float64) string { return fmt.Sprintf(format, v) }
+	return f(sum/float64(len(vs))) + " (" + f(slices.Min(vs)) + "-" + f(slices.Max(vs)) + ")"
+}
+
+// config is one simulation's set-up; see the flags. seed starts its
+// random numbers.
+type config struct {
+	hold, hand, rtt, retry, gap, length time.Duration
+	jitter                              float64
+	seed                                uint64
+}
+
+// outcome is what a simulation measured.
+type outcome struct {
+	held, rate, fairness float64
+}
+
+const (
+	keys    = 8
+	workers = 16
+)
+
+// pair returns worker w's keys.
+func pair(w int) [2]int { return [2]int{w % keys, (w + 1) % keys} }
+
+// event is something that happens to worker w at a time.
+type event struct {
+	at   time.Duration
+	kind int // see the kinds of each simulation
+	w    int
+	key  int
+}
+
+type events []event
+
+func (e events) Len() int           { return len(e) }
+func (e events) Less(i, j int) bool { return e[i].at < e[j].at }
+func (e events) Swap(i, j int)      { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)        { *e = append(*e, x.(event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+// clock runs the events of a simulation in time order and integrates
+// how many sets are held.
+type clock struct {
+	events
+	now, last time.Duration
+	held      int
+	heldTime  float64 // sum of held × time, in held·ns
+	acq       [workers]int
+}
+
+func (c *clock) at(e event) { heap.Push(&c.events, e) }
+
+// next advances to the next event before end, and reports whether there
+// was one.
+func (c *clock) next(end time.Duration) (event, bool) {
+	if c.Len() == 0 {
+		return event{}, false
+	}
+	e := heap.Pop(&c.events).(event)
+	if e.at > end {
+		return event{}, false
+	}
+	c.heldTime += float64(c.held) * float64(e.at-c.last)
+	c.now, c.last = e.at, e.at
+	return e, true
+}
+
+func (c *clock) outcome() outcome {
+	total := 0
+	for _, n := range c.acq {
+		total += n
+	}
+	mean := float64(total) / workers
+	return outcome{
+		held:     c.heldTime / float64(c.last),
+		rate:     float64(total) / c.last.Seconds(),
+		fairness: float64(slices.Min(c.acq[:])) / mean,
+	}
+}
+
+// jittered returns d times a uniform factor in 1 ± cfg.jitter/2.
+func jittered(cfg config, r *rand.Rand, d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (1 + cfg.jitter*(r.Float64()-0.5)))
+}
+
+// fifo simulates keys that serve their waiters in arrival order.
+func fifo(cfg config) outcome {
+	const (
+		ask = iota
+		reach
+		release
+	)
+	r := rand.New(rand.NewPCG(cfg.seed, 2))
+	var c clock
+	holder := [keys]int{}
+	for k := range holder {
+		holder[k] = -1
+	}
+	queue := [keys][]event{} // arrivals, in order
+	got := [workers]int{}
+	grant := func(k int) {
+		if holder[k] < 0 && len(queue[k]) > 0 {
+			e := queue[k][0]
+			queue[k] = queue[k][1:]
+			holder[k] = e.w
+			c.at(event{at: c.now + jittered(cfg, r, cfg.hand), kind: reach, w: e.w, key: k})
+		}
+	}
+	for w := range workers {
+		c.at(event{at: time.Duration(r.IntN(10000)), kind: ask, w: w})
+	}
+	for {
+		e, ok := c.next(cfg.length)
+		if !ok {
+			return c.outcome()
+		}
+		switch e.kind {
+		case ask:
+			for _, k := range pair(e.w) {
+				queue[k] = append(queue[k], e)
+				grant(k)
+			}
+		case reach:
+			if got[e.w]++; got[e.w] == 2 {
+				c.held++
+				c.acq[e.w]++
+				c.at(event{at: c.now + jittered(cfg, r, cfg.hold), kind: release, w: e.w})
+			}
+		case release:
+			c.held--
+			got[e.w] = 0
+			for _, k := range pair(e.w) {
+				holder[k] = -1
+				grant(k)
+			}
+			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: ask, w: e.w})
+		}
+	}
+}
+
+// poll simulates callers that take both keys when both are free, and
+// retry otherwise.
+func poll(cfg config) outcome {
+	const (
+		try = iota
+		release
+	)
+	r := rand.New(rand.NewPCG(cfg.seed, 2))
+	var c clock
+	held := [keys]bool{}
+	for w := range workers {
+		c.at(event{at: time.Duration(r.IntN(10000)), kind: try, w: w})
+	}
+	for {
+		e, ok := c.next(cfg.length)
+		if !ok {
+			return c.outcome()
+		}
+		p := pair(e.w)
+		switch e.kind {
+		case try:
+			if !held[p[0]] && !held[p[1]] {
+				held[p[0]], held[p[1]] = true, true
+				c.held++
+				c.acq[e.w]++
+				c.at(event{at: c.now + jittered(cfg, r, cfg.rtt/2+cfg.hold), kind: release, w: e.w})
+				continue
+			}
+			pause := time.Duration(float64(cfg.retry) * (0.5 + r.Float64()))
+			c.at(event{at: c.now + jittered(cfg, r, cfg.rtt) + pause, kind: try, w: e.w})
+		case release:
+			held[p[0]], held[p[1]] = false, false
+			c.held--
+			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: try, w: e.w})
+		}
+	}
+}
