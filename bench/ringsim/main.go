@@ -1,11 +1,14 @@
 // Command ringsim computes, by discrete-event simulation, how many sets of
-// scenario 12 (set16) can be held at once under two disciplines, to tell
-// what the benchmark's figures can reach on any implementation:
+// scenario 12 (set16) can be held at once under three disciplines, to
+// tell what the benchmark's figures can reach and why they vary from run
+// to run:
 //
-//   - fifo: every key serves its waiters strictly in arrival order (what
-//     issue 25 item 4 asks of ObtainAll); a waiter takes a key when it is
-//     first in that key's queue and the key is free, and holds it while
-//     it waits for its other key;
+//   - fifo: every key serves its waiters strictly in arrival order; a
+//     waiter takes a key when it is first in that key's queue and the key
+//     is free, and holds it while it waits for its other key;
+//   - handoff: ObtainAll's discipline (see the function); a release hands
+//     each key to the first waiter queued for it, in arrival order (issue
+//     25 item 4), but a free key is open to any attempt;
 //   - poll: a caller takes both keys at once when both are free, and
 //     otherwise retries after about the retry interval (the one-script
 //     set of the benchmark, polling every 1ms).
@@ -46,7 +49,7 @@ func main() {
 	for _, d := range []struct {
 		name string
 		run  func(config) outcome
-	}{{"fifo", fifo}, {"poll", poll}} {
+	}{{"fifo", fifo}, {"handoff", handoff}, {"poll", poll}} {
 		var held, rate, fair []float64
 		for seed := range *seeds {
 			c.seed = uint64(seed) + 1
@@ -203,6 +206,99 @@ func fifo(cfg config) outcome {
 			for _, k := range pair(e.w) {
 				holder[k] = -1
 				grant(k)
+			}
+			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: ask, w: e.w})
+		}
+	}
+}
+
+// handoff simulates ObtainAll's discipline (multi.go, multi_obtain.lua):
+// an attempt takes every key at once when each is free or already the
+// caller's, and otherwise takes nothing more and queues the caller, with
+// the arrival of its first queued attempt, on every key it does not hold,
+// free ones included. A release hands each key to the first entry of its
+// queue, or frees it; a free key is open to any attempt. A caller handed
+// a key attempts again once it hears of it (-hand, then half a round
+// trip to the server) and keeps what it was handed.
+func handoff(cfg config) outcome {
+	const (
+		ask = iota
+		release
+		heard
+	)
+	r := rand.New(rand.NewPCG(cfg.seed, 2))
+	var c clock
+	holder := [keys]int{}
+	for k := range holder {
+		holder[k] = -1
+	}
+	queue := [keys][]event{} // entries by arrival (at) then worker
+	arrival := [workers]time.Duration{}
+	for w := range workers {
+		arrival[w] = -1
+	}
+	enqueue := func(k int, e event) {
+		i, found := slices.BinarySearchFunc(queue[k], e, func(a, b event) int {
+			if a.at != b.at {
+				return int(a.at - b.at)
+			}
+			return a.w - b.w
+		})
+		if !found {
+			queue[k] = slices.Insert(queue[k], i, e)
+		}
+	}
+	holding := [workers]bool{}
+	attempt := func(w int) {
+		if holding[w] {
+			return // a second key's news, heard after the first's attempt won the set
+		}
+		p := pair(w)
+		if (holder[p[0]] < 0 || holder[p[0]] == w) && (holder[p[1]] < 0 || holder[p[1]] == w) {
+			for _, k := range p {
+				holder[k] = w
+				queue[k] = slices.DeleteFunc(queue[k], func(e event) bool { return e.w == w })
+			}
+			arrival[w] = -1
+			holding[w] = true
+			c.held++
+			c.acq[w]++
+			c.at(event{at: c.now + jittered(cfg, r, cfg.rtt/2+cfg.hold), kind: release, w: w})
+			return
+		}
+		if arrival[w] < 0 {
+			arrival[w] = c.now
+		}
+		for _, k := range p {
+			if holder[k] != w {
+				enqueue(k, event{at: arrival[w], w: w})
+			}
+		}
+	}
+	for w := range workers {
+		c.at(event{at: time.Duration(r.IntN(10000)), kind: ask, w: w})
+	}
+	for {
+		e, ok := c.next(cfg.length)
+		if !ok {
+			return c.outcome()
+		}
+		switch e.kind {
+		case ask:
+			attempt(e.w)
+		case heard:
+			c.at(event{at: c.now + jittered(cfg, r, cfg.rtt/2), kind: ask, w: e.w})
+		case release:
+			c.held--
+			holding[e.w] = false
+			for _, k := range pair(e.w) {
+				holder[k] = -1
+				if len(queue[k]) > 0 {
+					next := queue[k][0]
+					queue[k] = queue[k][1:]
+					holder[k] = next.w
+					c.at(event{at: c.now + jittered(cfg, r, cfg.hand), kind: heard, w: next.w})
+				}
 			}
 			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: ask, w: e.w})
 		}
