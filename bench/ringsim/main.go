@@ -96,7 +96,6 @@ type event struct {
 	at   time.Duration
 	kind int // see the kinds of each simulation
 	w    int
-	key  int
 }
 
 type events []event
@@ -177,7 +176,7 @@ func fifo(cfg config) outcome {
 			e := queue[k][0]
 			queue[k] = queue[k][1:]
 			holder[k] = e.w
-			c.at(event{at: c.now + jittered(cfg, r, cfg.hand), kind: reach, w: e.w, key: k})
+			c.at(event{at: c.now + jittered(cfg, r, cfg.hand), kind: reach, w: e.w})
 		}
 	}
 	for w := range workers {
