@@ -479,6 +479,17 @@ func fairness(perWorker []int64) float64 {
 // the row's over the column's, titled title; a failed or empty result
 // has no ratios.
 func ratioTable(title string, results []*result) *table {
+	return matrixTable(title, results, func(r, c *result) string {
+		if r.err == nil && c.err == nil && r.rate() > 0 && c.rate() > 0 {
+			return fmt.Sprintf("%.2fx", r.rate()/c.rate())
+		}
+		return "-"
+	})
+}
+
+// matrixTable returns a table titled title with a row and a column for
+// each result, each cell cell(row's result, column's).
+func matrixTable(title string, results []*result, cell func(r, c *result) string) *table {
 	t := &table{title: title, header: []string{"row / column"}}
 	for _, r := range results {
 		t.header = append(t.header, r.lib.name())
@@ -486,11 +497,7 @@ func ratioTable(title string, results []*result) *table {
 	for _, r := range results {
 		row := []string{r.lib.name()}
 		for _, c := range results {
-			cell := "-"
-			if r.err == nil && c.err == nil && r.rate() > 0 && c.rate() > 0 {
-				cell = fmt.Sprintf("%.2fx", r.rate()/c.rate())
-			}
-			row = append(row, cell)
+			row = append(row, cell(r, c))
 		}
 		t.rows = append(t.rows, row)
 	}
@@ -506,17 +513,7 @@ func ratioTable(title string, results []*result) *table {
 // machine this is the fairest way to ask whether one row is ahead of
 // another. A cell is "-" for a failed result or rounds without a baseline.
 func pairedTable(title string, results []*result) *table {
-	t := &table{title: title, header: []string{"row / column"}}
-	for _, r := range results {
-		t.header = append(t.header, r.lib.name())
-	}
-	for _, r := range results {
-		row := []string{r.lib.name()}
-		for _, c := range results {
-			row = append(row, pairedCell(r, c))
-		}
-		t.rows = append(t.rows, row)
-	}
+	t := matrixTable(title, results, pairedCell)
 	t.notes = append(t.notes, "each cell: the median over the rounds of the row's rate over the column's in the same round, then the rounds in which the row was faster, of the rounds both ran")
 	return t
 }

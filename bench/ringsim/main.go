@@ -151,41 +151,86 @@ func (c *clock) outcome() outcome {
 	}
 }
 
+// Event kinds. Each discipline has one of its own besides: see each.
+const (
+	ask     = iota // worker w asks for its set (polling: tries once)
+	release        // worker w's hold ends
+	news           // fifo: a key reaches w; handoff: w hears it was handed a key
+)
+
+// sim is one run of a discipline: its clock, set-up and random numbers.
+type sim struct {
+	clock
+	cfg config
+	r   *rand.Rand
+}
+
+// newSim starts a run of cfg with every worker asking within its first
+// 10µs.
+func newSim(cfg config) *sim {
+	s := &sim{cfg: cfg, r: rand.New(rand.NewPCG(cfg.seed, 2))}
+	for w := range workers {
+		s.at(event{at: time.Duration(s.r.IntN(10000)), kind: ask, w: w})
+	}
+	return s
+}
+
+// after schedules an event of kind for w after d, jittered.
+func (s *sim) after(d time.Duration, kind, w int) {
+	s.at(event{at: s.now + jittered(s.cfg, s.r, d), kind: kind, w: w})
+}
+
+// won counts w's set as held from now, until a hold of d ends it.
+func (s *sim) won(w int, d time.Duration) {
+	s.held++
+	s.acq[w]++
+	s.after(d, release, w)
+}
+
+// released ends w's hold; w asks again after the gap.
+func (s *sim) released(w int) {
+	s.held--
+	s.after(s.cfg.gap, ask, w)
+}
+
 // jittered returns d times a uniform factor in 1 ± cfg.jitter/2.
 func jittered(cfg config, r *rand.Rand, d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 + cfg.jitter*(r.Float64()-0.5)))
 }
 
+// noHolders returns the keys' holders, each -1: free.
+func noHolders() [keys]int {
+	var h [keys]int
+	for k := range h {
+		h[k] = -1
+	}
+	return h
+}
+
+// popFirst removes and returns the first of q's waiters, which it must
+// have.
+func popFirst(q *[]event) int {
+	w := (*q)[0].w
+	*q = (*q)[1:]
+	return w
+}
+
 // fifo simulates keys that serve their waiters in arrival order.
 func fifo(cfg config) outcome {
-	const (
-		ask = iota
-		reach
-		release
-	)
-	r := rand.New(rand.NewPCG(cfg.seed, 2))
-	var c clock
-	holder := [keys]int{}
-	for k := range holder {
-		holder[k] = -1
-	}
+	s := newSim(cfg)
+	holder := noHolders()
 	queue := [keys][]event{} // arrivals, in order
 	got := [workers]int{}
 	grant := func(k int) {
 		if holder[k] < 0 && len(queue[k]) > 0 {
-			e := queue[k][0]
-			queue[k] = queue[k][1:]
-			holder[k] = e.w
-			c.at(event{at: c.now + jittered(cfg, r, cfg.hand), kind: reach, w: e.w})
+			holder[k] = popFirst(&queue[k])
+			s.after(cfg.hand, news, holder[k])
 		}
 	}
-	for w := range workers {
-		c.at(event{at: time.Duration(r.IntN(10000)), kind: ask, w: w})
-	}
 	for {
-		e, ok := c.next(cfg.length)
+		e, ok := s.next(cfg.length)
 		if !ok {
-			return c.outcome()
+			return s.outcome()
 		}
 		switch e.kind {
 		case ask:
@@ -193,20 +238,17 @@ func fifo(cfg config) outcome {
 				queue[k] = append(queue[k], e)
 				grant(k)
 			}
-		case reach:
+		case news: // a key reached e.w
 			if got[e.w]++; got[e.w] == 2 {
-				c.held++
-				c.acq[e.w]++
-				c.at(event{at: c.now + jittered(cfg, r, cfg.hold), kind: release, w: e.w})
+				s.won(e.w, cfg.hold)
 			}
 		case release:
-			c.held--
 			got[e.w] = 0
 			for _, k := range pair(e.w) {
 				holder[k] = -1
 				grant(k)
 			}
-			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: ask, w: e.w})
+			s.released(e.w)
 		}
 	}
 }
@@ -220,17 +262,8 @@ func fifo(cfg config) outcome {
 // a key attempts again once it hears of it (-hand, then half a round
 // trip to the server) and keeps what it was handed.
 func handoff(cfg config) outcome {
-	const (
-		ask = iota
-		release
-		heard
-	)
-	r := rand.New(rand.NewPCG(cfg.seed, 2))
-	var c clock
-	holder := [keys]int{}
-	for k := range holder {
-		holder[k] = -1
-	}
+	s := newSim(cfg)
+	holder := noHolders()
 	queue := [keys][]event{} // entries by arrival (at) then worker
 	arrival := [workers]time.Duration{}
 	for w := range workers {
@@ -260,13 +293,11 @@ func handoff(cfg config) outcome {
 			}
 			arrival[w] = -1
 			holding[w] = true
-			c.held++
-			c.acq[w]++
-			c.at(event{at: c.now + jittered(cfg, r, cfg.rtt/2+cfg.hold), kind: release, w: w})
+			s.won(w, cfg.rtt/2+cfg.hold)
 			return
 		}
 		if arrival[w] < 0 {
-			arrival[w] = c.now
+			arrival[w] = s.now
 		}
 		for _, k := range p {
 			if holder[k] != w {
@@ -274,32 +305,26 @@ func handoff(cfg config) outcome {
 			}
 		}
 	}
-	for w := range workers {
-		c.at(event{at: time.Duration(r.IntN(10000)), kind: ask, w: w})
-	}
 	for {
-		e, ok := c.next(cfg.length)
+		e, ok := s.next(cfg.length)
 		if !ok {
-			return c.outcome()
+			return s.outcome()
 		}
 		switch e.kind {
 		case ask:
 			attempt(e.w)
-		case heard:
-			c.at(event{at: c.now + jittered(cfg, r, cfg.rtt/2), kind: ask, w: e.w})
+		case news: // e.w hears it was handed a key, and attempts again
+			s.after(cfg.rtt/2, ask, e.w)
 		case release:
-			c.held--
 			holding[e.w] = false
 			for _, k := range pair(e.w) {
 				holder[k] = -1
 				if len(queue[k]) > 0 {
-					next := queue[k][0]
-					queue[k] = queue[k][1:]
-					holder[k] = next.w
-					c.at(event{at: c.now + jittered(cfg, r, cfg.hand), kind: heard, w: next.w})
+					holder[k] = popFirst(&queue[k])
+					s.after(cfg.hand, news, holder[k])
 				}
 			}
-			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: ask, w: e.w})
+			s.released(e.w)
 		}
 	}
 }
@@ -307,37 +332,26 @@ func handoff(cfg config) outcome {
 // poll simulates callers that take both keys when both are free, and
 // retry otherwise.
 func poll(cfg config) outcome {
-	const (
-		try = iota
-		release
-	)
-	r := rand.New(rand.NewPCG(cfg.seed, 2))
-	var c clock
+	s := newSim(cfg)
 	held := [keys]bool{}
-	for w := range workers {
-		c.at(event{at: time.Duration(r.IntN(10000)), kind: try, w: w})
-	}
 	for {
-		e, ok := c.next(cfg.length)
+		e, ok := s.next(cfg.length)
 		if !ok {
-			return c.outcome()
+			return s.outcome()
 		}
 		p := pair(e.w)
 		switch e.kind {
-		case try:
+		case ask:
 			if !held[p[0]] && !held[p[1]] {
 				held[p[0]], held[p[1]] = true, true
-				c.held++
-				c.acq[e.w]++
-				c.at(event{at: c.now + jittered(cfg, r, cfg.rtt/2+cfg.hold), kind: release, w: e.w})
+				s.won(e.w, cfg.rtt/2+cfg.hold)
 				continue
 			}
-			pause := time.Duration(float64(cfg.retry) * (0.5 + r.Float64()))
-			c.at(event{at: c.now + jittered(cfg, r, cfg.rtt) + pause, kind: try, w: e.w})
+			pause := time.Duration(float64(cfg.retry) * (0.5 + s.r.Float64()))
+			s.at(event{at: s.now + jittered(cfg, s.r, cfg.rtt) + pause, kind: ask, w: e.w})
 		case release:
 			held[p[0]], held[p[1]] = false, false
-			c.held--
-			c.at(event{at: c.now + jittered(cfg, r, cfg.gap), kind: try, w: e.w})
+			s.released(e.w)
 		}
 	}
 }
