@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
@@ -34,13 +32,7 @@ func BenchmarkDistinctKeysCPU(b *testing.B) {
 		name  string
 		cycle func(key string) error
 	}{
-		{"raw", func(key string) error {
-			token := uuid.NewString()
-			if ok, err := client.SetNX(ctx, key, token, 10*time.Second).Result(); err != nil || !ok {
-				return fmt.Errorf("SET NX %s = %v, %w", key, ok, err)
-			}
-			return rawRelease.Run(ctx, client, []string{key}, token).Err()
-		}},
+		{"raw", func(key string) error { return rawCycle(ctx, client, key) }},
 		{"try-once", func(key string) error { return obtainRelease(ctx, l, key) }},
 		{"lease", func(key string) error {
 			lk, err := l.Obtain(ctx, key)

@@ -24,6 +24,16 @@ import (
 
 var rawRelease = redis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
 
+// rawCycle takes key with the recipe, SET NX PX of a new token, and
+// releases it with the compare-and-delete script.
+func rawCycle(ctx context.Context, c *redis.Client, key string) error {
+	token := uuid.NewString()
+	if ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result(); err != nil || !ok {
+		return fmt.Errorf("SET NX %s = %v, %w", key, ok, err)
+	}
+	return rawRelease.Run(ctx, c, []string{key}, token).Err()
+}
+
 func BenchmarkUncontended(b *testing.B) {
 	srv := redistest.New(b)
 	ctx := context.Background()
@@ -32,12 +42,7 @@ func BenchmarkUncontended(b *testing.B) {
 		key := "bench:raw"
 		b.ReportAllocs()
 		for b.Loop() {
-			token := uuid.NewString()
-			ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result()
-			if err != nil || !ok {
-				b.Fatalf("SET NX = %v, %v", ok, err)
-			}
-			if err := rawRelease.Run(ctx, c, []string{key}, token).Err(); err != nil {
+			if err := rawCycle(ctx, c, key); err != nil {
 				b.Fatal(err)
 			}
 		}
