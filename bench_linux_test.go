@@ -12,15 +12,16 @@ import (
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
-// BenchmarkDistinctKeysCPU runs 64 goroutines on distinct keys, as
-// the bench module's 64-key scenario does, through the raw recipe (SET NX
-// PX and a compare-and-delete script) and the README's calls, and reports the process's CPU time a cycle (cpu-µs/op, from
-// getrusage: the client's work, including go-redis and the runtime) and
-// how often a command waited for one of go-redis's pooled connections
-// (pool-waits/op). docs/performance.md uses it to compare the client's
-// cost of WithLock with that of Obtain and Release:
+// BenchmarkDistinctKeysCPU runs 64 goroutines on distinct keys, as the
+// bench module's 64-key scenario does, through the raw recipe (SET NX PX
+// and a compare-and-delete script) and the README's calls, and reports
+// the process's CPU time a cycle (cpu-µs/op, from getrusage: the client's
+// work, including go-redis and the runtime) and how often a command
+// waited for one of go-redis's pooled connections (pool-waits/op).
+// docs/performance.md uses it to compare the client's cost of WithLock
+// with that of Obtain and Release:
 //
-//	go test -run '^$' -bench DistinctKeysCPU -benchtime 100000x -count 3
+//	go test -run '^$' -bench DistinctKeysCPU -benchtime 100000x -count 4
 func BenchmarkDistinctKeysCPU(b *testing.B) {
 	srv := redistest.New(b)
 	client := srv.Client(b)
