@@ -125,3 +125,37 @@ func TestQuorumWaitsBoundedForAFrozenMaster(t *testing.T) {
 		require.Less(t, took, 400*time.Millisecond, "Obtain waited too long for the frozen master")
 	}
 }
+
+// TestLeaseEndsByDeadlineWhileReleaseHangs: a Release that hangs (the
+// server frozen before the lease's first renewal) stops the renewal, yet
+// the lease still ends at the Deadline, lost, while the Release is still
+// waiting for Redis; not when the Release gives up.
+func TestLeaseEndsByDeadlineWhileReleaseHangs(t *testing.T) {
+	srv := redistest.New(t)
+	opt := srv.Options()
+	opt.ContextTimeoutEnabled = true
+	ctx := t.Context()
+	lk, err := newLocker(t, newClient(t, opt, nil)).Obtain(ctx, uniqueKey(t),
+		locksmith.WithTTL(600*time.Millisecond), locksmith.WithRenewInterval(200*time.Millisecond))
+	require.NoError(t, err)
+	lctx := lk.Lease(ctx)
+	at := doneAt(lctx)
+	freeze(t, srv)
+	released := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		released <- lk.Release(rctx)
+	}()
+
+	<-lctx.Done()
+	require.ErrorIs(t, context.Cause(lctx), locksmith.ErrLockLost)
+	require.WithinDuration(t, lk.Deadline(), at(), 250*time.Millisecond)
+	require.False(t, at().Before(lk.Deadline().Add(-100*time.Millisecond)), "lease ended long before its deadline")
+	select {
+	case err := <-released:
+		t.Fatalf("the Release returned before the lease ended: %v", err)
+	default:
+	}
+	require.ErrorIs(t, <-released, context.DeadlineExceeded)
+}

@@ -17,7 +17,12 @@ type leaseState struct {
 	// lock once), so that it takes no allocation of its own.
 	one [1]leaseContext
 	// watchdog fires at the Deadline; if no refresh has moved the Deadline
-	// by then, the lock is lost, whatever the network is doing.
+	// by then, the lock is lost, whatever the network is doing. A lease in
+	// its renewer's order, due before the watchdog would fire, has none
+	// yet: the renewer takes it out of the order by then and arms it
+	// (watchLocked), whether it sends the renewal or not, so that a lease
+	// released before its first renewal, as most are, costs no timer of
+	// its own. Once armed, it stays armed until the lease ends.
 	watchdog *time.Timer
 
 	// The running renewal, if any. parent is the context of the Lease
@@ -116,7 +121,6 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 	if ls == nil {
 		ls = &leaseState{at: -1}
 		ls.leases = ls.one[:0]
-		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
 		lk.lease = ls
 	}
 	// Forget the contexts that are done, so that a lock leased again and
@@ -131,7 +135,29 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 	if !lk.renewingLocked() && !ls.stopped {
 		lk.startRenewalLocked(ctx)
 	}
+	if !ls.batched {
+		lk.watchLocked()
+	}
 	return lctx, cancel
+}
+
+// watchLocked arms the lease's watchdog unless it is armed already. lk.mu
+// must be held.
+func (lk *Lock) watchLocked() {
+	if ls := lk.lease; ls.watchdog == nil {
+		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
+	}
+}
+
+// scheduleLocked puts lk's lease in r's order (or moves it there), its
+// renewal due in wait; and arms its watchdog now unless the renewer will
+// take it out of the order, and arm the watchdog, well before the
+// watchdog must fire (see leaseState.watchdog). lk.mu must be held.
+func (lk *Lock) scheduleLocked(r *renewer, wait time.Duration) {
+	if wait+maxRenewSlack > lk.untilWatchdogLocked() {
+		lk.watchLocked()
+	}
+	r.schedule(lk, time.Now().Add(wait), renewSlack(lk.cfg.renewInterval(lk.ttl)))
 }
 
 // renewingLocked reports whether a renewal is scheduled or runs. lk.mu
@@ -164,7 +190,7 @@ func (lk *Lock) startRenewalLocked(parent context.Context) {
 		// order, or in flight, now serves the new one.)
 		if !ls.batched {
 			ls.batched = true
-			r.schedule(lk, time.Now().Add(lk.untilRenewalLocked()), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+			lk.scheduleLocked(r, lk.untilRenewalLocked())
 		}
 		return
 	}
@@ -203,11 +229,13 @@ func (lk *Lock) rescheduleLocked() {
 	if ls == nil {
 		return
 	}
-	ls.watchdog.Reset(lk.untilWatchdogLocked())
+	if ls.watchdog != nil {
+		ls.watchdog.Reset(lk.untilWatchdogLocked())
+	}
 	if ls.batched {
 		if ls.flight == nil {
 			// (In flight, its result schedules the next renewal.)
-			lk.batchRenewer().schedule(lk, time.Now().Add(lk.untilRenewalLocked()), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+			lk.scheduleLocked(lk.batchRenewer(), lk.untilRenewalLocked())
 		}
 		return
 	}
@@ -238,7 +266,12 @@ func (lk *Lock) stopFirstRenewalLocked() {
 }
 
 // stopRenewal stops the renewal goroutine, if one runs, and waits for it to
-// return. No renewal starts again until resumeRenewal.
+// return, or for the renewer's renewal in flight to land. No renewal
+// starts again until resumeRenewal. A lease in its renewer's order stays
+// there, stopped: the renewer sends no renewal for it, but still arms its
+// watchdog when it falls due (see boardRenewal), so that a Release that
+// hangs past the Deadline loses the lock then, as the watchdog would have.
+// The lease leaves the order when the lock ends (endLeasesLocked).
 func (lk *Lock) stopRenewal() {
 	lk.mu.Lock()
 	ls := lk.lease
@@ -248,7 +281,6 @@ func (lk *Lock) stopRenewal() {
 	}
 	ls.stopped = true
 	lk.stopFirstRenewalLocked()
-	lk.unbatchLocked()
 	cancel, done, flight := ls.renewCancel, ls.renewDone, ls.flight
 	lk.mu.Unlock()
 	// A first renewal that fired just now finds the renewal stopped.

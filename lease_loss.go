@@ -81,7 +81,9 @@ func (lk *Lock) endLeasesLocked(cause error) {
 	if ls == nil {
 		return
 	}
-	ls.watchdog.Stop()
+	if ls.watchdog != nil {
+		ls.watchdog.Stop()
+	}
 	for _, l := range ls.leases {
 		l.cancel(cause)
 	}

@@ -62,6 +62,10 @@ type renewer struct {
 	mu    sync.Mutex
 	order renewOrder  // the locks waiting for their next renewal, earliest first
 	timer *time.Timer // fires (fire) when the first of them falls due; nil until the first lease
+	// armed is when the timer is set to fire, zero once it has fired
+	// (fire then sets it again). It may be earlier than the first
+	// renewal in the order: see armLocked.
+	armed time.Time
 }
 
 func newRenewer(t topology) *renewer {
@@ -98,15 +102,14 @@ func (r *renewer) schedule(lk *Lock, due time.Time, slack time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ls := lk.lease
-	first := len(r.order) > 0 && r.order[0] == lk
 	ls.due, ls.slack = due, slack
 	if ls.at >= 0 {
 		heap.Fix(&r.order, ls.at)
 	} else {
 		heap.Push(&r.order, lk)
 	}
-	if first || r.order[0] == lk {
-		r.armLocked()
+	if r.order[0] == lk {
+		r.armLocked() // (a first lease moved later leaves the timer early: see armLocked)
 	}
 }
 
@@ -115,23 +118,27 @@ func (r *renewer) remove(lk *Lock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if at := lk.lease.at; at >= 0 {
-		heap.Remove(&r.order, at)
-		if at == 0 {
-			r.armLocked()
-		}
+		heap.Remove(&r.order, at) // the timer stays set: see armLocked
 	}
 }
 
-// armLocked sets the timer for the first renewal in the order, or stops
-// it when there is none. r.mu must be held.
+// armLocked sets the timer for the first renewal in the order, unless it
+// is set to fire by then already. A lease taken out of the order leaves
+// the timer as it is: a firing with nothing due costs a look at the order
+// and sets the timer again (takeDue). So a lease released before its
+// first renewal, as most are, costs no timer operation when the timer is
+// set for an earlier lease's (one released earlier, in a loop of them).
+// r.mu must be held.
 func (r *renewer) armLocked() {
 	if len(r.order) == 0 {
-		if r.timer != nil {
-			r.timer.Stop()
-		}
 		return
 	}
-	wait := time.Until(r.order[0].lease.due)
+	due := r.order[0].lease.due
+	if !r.armed.IsZero() && !r.armed.After(due) {
+		return
+	}
+	r.armed = due
+	wait := time.Until(due)
 	if r.timer == nil {
 		r.timer = time.AfterFunc(wait, r.fire)
 		return
@@ -151,6 +158,7 @@ func (r *renewer) fire() {
 func (r *renewer) takeDue(now time.Time) []*Lock {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.armed = time.Time{} // it has fired
 	var due []*Lock
 	// The order is by due time, not by due time less slack: look past a
 	// lock that may not go yet, as far as any lock might (maxRenewSlack).
@@ -281,7 +289,8 @@ func (r *renewer) fly(ctx context.Context, c redis.UniversalClient, rns []renewa
 // boardRenewal prepares lk's renewal, taken from the order, for a
 // pipeline, and marks it in flight; it reports false when the lease
 // ended, stopped or lost its context meanwhile, or the lock reached its
-// WithMaxHold (lost then).
+// WithMaxHold (lost then). Out of the order, the lease is watched by its
+// watchdog, armed here if it was not yet (see leaseState.watchdog).
 func (lk *Lock) boardRenewal() (renewal, bool) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
@@ -289,7 +298,12 @@ func (lk *Lock) boardRenewal() (renewal, bool) {
 	if !lk.released && lk.lost == nil && lk.cappedLocked() {
 		lk.loseLocked(lk.capCause())
 	}
-	if !ls.batched || ls.stopped || lk.released || lk.lost != nil || ls.parent.Err() != nil {
+	if lk.released || lk.lost != nil {
+		ls.batched = false
+		return renewal{}, false
+	}
+	lk.watchLocked()
+	if !ls.batched || ls.stopped || ls.parent.Err() != nil {
 		ls.batched = false
 		return renewal{}, false
 	}
@@ -318,5 +332,5 @@ func (lk *Lock) landRenewal(rn renewal, start time.Time, held bool, err error) {
 		ls.batched = false
 		return
 	}
-	lk.batchRenewer().schedule(lk, time.Now().Add(next), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+	lk.scheduleLocked(lk.batchRenewer(), next)
 }
