@@ -28,16 +28,16 @@ type bounds struct {
 	unlink func() bool
 }
 
-// start begins a use: a context done when parent is, at deadline, or at
-// stop, whichever comes first, with parent's values. A parent that can
-// never be cancelled (context.Background, context.WithoutCancel) costs no
-// link.
-func (b *bounds) start(parent context.Context, deadline time.Time) *boundCtx {
+// start begins a use at now: a context done when parent is, at deadline,
+// or at stop, whichever comes first, with parent's values. A parent that
+// can never be cancelled (context.Background, context.WithoutCancel)
+// costs no link.
+func (b *bounds) start(parent context.Context, now, deadline time.Time) *boundCtx {
 	ctx := &boundCtx{parent: parent, deadline: deadline, done: make(chan struct{})}
 	b.mu.Lock()
 	b.cur = ctx
 	b.mu.Unlock()
-	wait := time.Until(deadline)
+	wait := deadline.Sub(now)
 	if b.timer == nil {
 		b.timer = time.AfterFunc(wait, b.expire)
 	} else {

@@ -356,7 +356,7 @@ func (t *Term) lead(ctx context.Context, fn func(ctx context.Context, t *Term) e
 // resignBounded resigns t on a context that outlives ctx's cancellation
 // but is bounded as WithLock's release is.
 func (t *Term) resignBounded(ctx context.Context) error {
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(t.Lock, t.lostCause() != nil))
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), releaseDeadline(t.Lock, t.lostCause() != nil, time.Now()))
 	defer cancel()
 	return t.Resign(rctx)
 }

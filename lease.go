@@ -145,19 +145,20 @@ func (lk *Lock) leaseWithCancel(ctx context.Context) (context.Context, context.C
 // must be held.
 func (lk *Lock) watchLocked() {
 	if ls := lk.lease; ls.watchdog == nil {
-		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(), lk.checkValidity)
+		ls.watchdog = time.AfterFunc(lk.untilWatchdogLocked(time.Now()), lk.checkValidity)
 	}
 }
 
 // scheduleLocked puts lk's lease in r's order (or moves it there), its
-// renewal due in wait; and arms its watchdog now unless the renewer will
-// take it out of the order, and arm the watchdog, well before the
-// watchdog must fire (see leaseState.watchdog). lk.mu must be held.
-func (lk *Lock) scheduleLocked(r *renewer, wait time.Duration) {
-	if wait+maxRenewSlack > lk.untilWatchdogLocked() {
+// renewal due wait after now; and arms its watchdog now unless the
+// renewer will take it out of the order, and arm the watchdog, well
+// before the watchdog must fire (see leaseState.watchdog). lk.mu must be
+// held.
+func (lk *Lock) scheduleLocked(r *renewer, now time.Time, wait time.Duration) {
+	if wait+maxRenewSlack > lk.untilWatchdogLocked(now) {
 		lk.watchLocked()
 	}
-	r.schedule(lk, time.Now().Add(wait), renewSlack(lk.cfg.renewInterval(lk.ttl)))
+	r.schedule(lk, now.Add(wait), renewSlack(lk.cfg.renewInterval(lk.ttl)))
 }
 
 // renewingLocked reports whether a renewal is scheduled or runs. lk.mu
@@ -190,12 +191,13 @@ func (lk *Lock) startRenewalLocked(parent context.Context) {
 		// order, or in flight, now serves the new one.)
 		if !ls.batched {
 			ls.batched = true
-			lk.scheduleLocked(r, lk.untilRenewalLocked())
+			now := time.Now()
+			lk.scheduleLocked(r, now, lk.untilRenewalLocked(now))
 		}
 		return
 	}
 	ls.firstPending.Add(1)
-	ls.firstRenewal = time.AfterFunc(lk.untilRenewalLocked(), lk.beginRenewal)
+	ls.firstRenewal = time.AfterFunc(lk.untilRenewalLocked(time.Now()), lk.beginRenewal)
 }
 
 // beginRenewal starts the renewal goroutine when the first renewal is
@@ -229,13 +231,14 @@ func (lk *Lock) rescheduleLocked() {
 	if ls == nil {
 		return
 	}
+	now := time.Now()
 	if ls.watchdog != nil {
-		ls.watchdog.Reset(lk.untilWatchdogLocked())
+		ls.watchdog.Reset(lk.untilWatchdogLocked(now))
 	}
 	if ls.batched {
 		if ls.flight == nil {
 			// (In flight, its result schedules the next renewal.)
-			lk.scheduleLocked(lk.batchRenewer(), lk.untilRenewalLocked())
+			lk.scheduleLocked(lk.batchRenewer(), now, lk.untilRenewalLocked(now))
 		}
 		return
 	}
@@ -243,7 +246,7 @@ func (lk *Lock) rescheduleLocked() {
 		// Unless it has fired already: its renewal starts with the new
 		// schedule anyway.
 		if ls.firstRenewal.Stop() {
-			ls.firstRenewal.Reset(lk.untilRenewalLocked())
+			ls.firstRenewal.Reset(lk.untilRenewalLocked(now))
 		}
 		return
 	}

@@ -20,7 +20,7 @@ func (lk *Lock) checkValidity() {
 		lk.loseLocked(lk.capCause())
 		return
 	}
-	if left := lk.untilWatchdogLocked(); left > 0 {
+	if left := lk.untilWatchdogLocked(time.Now()); left > 0 {
 		lk.lease.watchdog.Reset(left)
 		return
 	}
@@ -31,16 +31,16 @@ func (lk *Lock) checkValidity() {
 	lk.loseLocked(cause)
 }
 
-// untilWatchdogLocked returns how long until the watchdog must declare
-// the lock lost: a little before the Deadline, so that the lease contexts
-// are cancelled by the Deadline although a timer fires a little late
-// (typically well under a millisecond), or at the cap of WithMaxHold if
-// that comes first. lk.mu must be held.
-func (lk *Lock) untilWatchdogLocked() time.Duration {
+// untilWatchdogLocked returns how long from now until the watchdog must
+// declare the lock lost: a little before the Deadline, so that the lease
+// contexts are cancelled by the Deadline although a timer fires a little
+// late (typically well under a millisecond), or at the cap of WithMaxHold
+// if that comes first. lk.mu must be held.
+func (lk *Lock) untilWatchdogLocked(now time.Time) time.Duration {
 	lead := min(time.Millisecond, lk.ttl/100)
-	left := time.Until(lk.deadline) - lead
+	left := lk.deadline.Sub(now) - lead
 	if lk.cfg.maxHold > 0 {
-		left = min(left, time.Until(lk.since.Add(lk.cfg.maxHold)))
+		left = min(left, lk.since.Add(lk.cfg.maxHold).Sub(now))
 	}
 	return left
 }

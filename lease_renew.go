@@ -146,13 +146,14 @@ func (lk *Lock) renewOnce(ctx context.Context) error {
 func (lk *Lock) untilRenewal() time.Duration {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	return lk.untilRenewalLocked()
+	return lk.untilRenewalLocked(time.Now())
 }
 
-func (lk *Lock) untilRenewalLocked() time.Duration {
+// untilRenewalLocked is untilRenewal from now. lk.mu must be held.
+func (lk *Lock) untilRenewalLocked(now time.Time) time.Duration {
 	every := lk.cfg.renewInterval(lk.ttl)
 	validity := lk.ttl - lk.cfg.driftFor(lk.ttl)
-	return max(min(every, time.Until(lk.deadline)-(validity-every)), 0)
+	return max(min(every, lk.deadline.Sub(now)-(validity-every)), 0)
 }
 
 func (lk *Lock) renewInterval() time.Duration {

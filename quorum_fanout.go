@@ -254,7 +254,8 @@ func (q quorumStore) each(ctx context.Context, wait time.Duration, c *quorumCall
 // bound sets c.ctx to parent with a deadline wait away, until unbound,
 // which each calls once every master has answered (see bounds).
 func (c *quorumCall) bound(parent context.Context, wait time.Duration) {
-	c.ctx = c.bounds.start(parent, time.Now().Add(wait))
+	now := time.Now()
+	c.ctx = c.bounds.start(parent, now, now.Add(wait))
 }
 
 // unbound ends the use that bound started.

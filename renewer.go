@@ -332,5 +332,5 @@ func (lk *Lock) landRenewal(rn renewal, start time.Time, held bool, err error) {
 		ls.batched = false
 		return
 	}
-	lk.scheduleLocked(lk.batchRenewer(), next)
+	lk.scheduleLocked(lk.batchRenewer(), time.Now(), next)
 }

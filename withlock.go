@@ -101,7 +101,8 @@ func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, 
 		// context.WithDeadline(context.WithoutCancel(ctx), …), with a
 		// timer that the next release reuses (see bounds).
 		rb := releaseBounds.Get().(*bounds)
-		rctx := rb.start(context.WithoutCancel(ctx), releaseDeadline(lk, lost != nil))
+		now := time.Now()
+		rctx := rb.start(context.WithoutCancel(ctx), now, releaseDeadline(lk, lost != nil, now))
 		var relErr error
 		if finish != nil && returned && err == nil && lost == nil {
 			relErr = finish(rctx, lk)
@@ -139,10 +140,10 @@ func runHeld(ctx context.Context, lk *Lock, fn func(ctx context.Context) error, 
 	return err != nil, err
 }
 
-// releaseDeadline returns when the release at the end of WithLock gives
-// up, as WithLock describes; lost is whether the lock is known lost.
-func releaseDeadline(lk *Lock, lost bool) time.Time {
-	now := time.Now()
+// releaseDeadline returns when the release at the end of WithLock, at
+// now, gives up, as WithLock describes; lost is whether the lock is known
+// lost.
+func releaseDeadline(lk *Lock, lost bool, now time.Time) time.Time {
 	end := lk.Deadline()
 	if lost || end.Before(now) {
 		end = now
