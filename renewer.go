@@ -30,14 +30,17 @@ import (
 // each other master's on a goroutine of its own, so that a master that is
 // slow to answer delays only the leases it holds. A lease released before
 // its first renewal, as most are, costs a place in the order and nothing
-// else. Each lease's result is applied as its own renewal's would be (see
-// Lock.renew): a lock found gone is lost at once, a failed refresh is
-// retried sooner, and the watchdog of each lease, not its pipeline,
-// declares it lost when its validity runs out. A Lock whose lease is
-// renewed here is in the renewer's order (leaseState.at >= 0) or in a
-// pipeline in flight (leaseState.flight), never both; stopRenewal takes
-// it out of the order and waits for its pipeline, as it waits for a
-// lease's goroutine: the leases own the goroutines that renew them.
+// else: not even a watchdog timer, which the renewer arms when it takes
+// the lease out of the order (see leaseState.watchdog). Each lease's
+// result is applied as its own renewal's would be (see Lock.renew): a
+// lock found gone is lost at once, a failed refresh is retried sooner,
+// and the watchdog of each lease, not its pipeline, declares it lost when
+// its validity runs out. A Lock whose lease is renewed here is in the
+// renewer's order (leaseState.at >= 0) or in a pipeline in flight
+// (leaseState.flight), never both; stopRenewal leaves it in the order,
+// stopped (the renewer sends nothing for it), and waits for its pipeline,
+// as it waits for a lease's goroutine: the leases own the goroutines that
+// renew them. It leaves the order when the lock ends.
 //
 // Quorums, sets, semaphores and read-write holds, and locks with the
 // restart guard, keep a goroutine per lease (Lock.renew).
@@ -128,6 +131,8 @@ func (r *renewer) remove(lk *Lock) {
 // and sets the timer again (takeDue). So a lease released before its
 // first renewal, as most are, costs no timer operation when the timer is
 // set for an earlier lease's (one released earlier, in a loop of them).
+// The price: a renewer whose leases have all ended stays reachable from
+// its timer until that fires, at most one renewal interval.
 // r.mu must be held.
 func (r *renewer) armLocked() {
 	if len(r.order) == 0 {
