@@ -55,7 +55,8 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	backoff := newBackoff(cfg.retry)
 	delay, wait := backoff.Next()
 	if !wait {
-		lk, res, err := a.try(ctx, plainOnce, newToken(cfg), false, nil)
+		token := newToken(cfg)
+		lk, res, err := a.try(ctx, time.Now(), plainOnce, token, false, nil)
 		if lk == nil && err == nil {
 			err = refusedErr(k, key, res)
 		}
@@ -81,7 +82,7 @@ func (l *Locker) acquireCounted(ctx context.Context, key string, cfg *config, k 
 	}
 	token := newToken(cfg)
 	start := time.Now()
-	lk, res, err := a.try(ctx, mode, token, queue, nil)
+	lk, res, err := a.try(ctx, start, mode, token, queue, nil)
 	if lk != nil || err != nil {
 		return lk, tries{attempts: 1}, err
 	}

@@ -194,15 +194,15 @@ func randomToken() string {
 	return u.String()
 }
 
-// try makes one attempt with token, as kind.take describes. It returns
+// try makes one attempt with token, as kind.take describes, its validity
+// counted from start, taken by the caller before the attempt. It returns
 // the hold, or, when others hold it, what the attempt learned of them
 // (their remaining TTL, negative when unknown, and the holder's token if
 // the attempt was queued), or an error for anything else.
-func (a *acquisition) try(ctx context.Context, mode acquireMode, token string, queue bool, peers []string) (*Lock, acquireRes, error) {
+func (a *acquisition) try(ctx context.Context, start time.Time, mode acquireMode, token string, queue bool, peers []string) (*Lock, acquireRes, error) {
 	// The handle is made first: the store's arguments live in it, so that
 	// they are built once per attempt.
 	lk := a.newHandle(token)
-	start := time.Now()
 	res, err := a.kind.take(ctx, a.l.stores(), lk, mode, queue, peers)
 	return settle(ctx, a.key, &a.cfg, lk, start, res, err)
 }
@@ -218,7 +218,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lock, acquireRes, error) {
 		// cannot learn them all, so it asks about these.
 		peers = a.l.notify.PeersQueued(w)
 	}
-	return a.try(ctx, scripted, w.Token(), w.Queues(), peers)
+	return a.try(ctx, time.Now(), scripted, w.Token(), w.Queues(), peers)
 }
 
 // newHandle makes the handle of an acquisition with token.
@@ -265,10 +265,11 @@ func settle(ctx context.Context, key string, cfg *config, lk *Lock, start time.T
 	}
 	lk.fence = res.fence
 	lk.deadline, lk.since = start.Add(cfg.ttl-cfg.driftFor(cfg.ttl)), start
-	if now := time.Now(); !now.Before(lk.deadline) {
+	// (time.Until reads only the monotonic clock: half time.Now's cost.)
+	if time.Until(lk.deadline) <= 0 {
 		deleteIfOwned(ctx, lk)
 		return nil, acquireRes{cleaned: true}, fmt.Errorf("%w: the reply obtaining %q took %v, longer than its validity of %v",
-			ErrLockLost, key, now.Sub(start), lk.deadline.Sub(start))
+			ErrLockLost, key, time.Since(start), lk.deadline.Sub(start))
 	}
 	if res.acked < cfg.replicas {
 		deleteIfOwned(ctx, lk)
