@@ -193,6 +193,27 @@ func (s *sim) released(w int) {
 	s.after(s.cfg.gap, ask, w)
 }
 
+// run hands each event of the run to handle, in time order, until the
+// run's length, and returns the outcome.
+func (s *sim) run(handle func(e event)) outcome {
+	for {
+		e, ok := s.next(s.cfg.length)
+		if !ok {
+			return s.outcome()
+		}
+		handle(e)
+	}
+}
+
+// handFirst hands key k, when it is free, to the first worker queued for
+// it, if any, who hears of it after -hand.
+func (s *sim) handFirst(holder *[keys]int, queue *[keys][]event, k int) {
+	if holder[k] < 0 && len(queue[k]) > 0 {
+		holder[k] = popFirst(&queue[k])
+		s.after(s.cfg.hand, news, holder[k])
+	}
+}
+
 // jittered returns d times a uniform factor in 1 ± cfg.jitter/2.
 func jittered(cfg config, r *rand.Rand, d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 + cfg.jitter*(r.Float64()-0.5)))
@@ -221,22 +242,12 @@ func fifo(cfg config) outcome {
 	holder := noHolders()
 	queue := [keys][]event{} // arrivals, in order
 	got := [workers]int{}
-	grant := func(k int) {
-		if holder[k] < 0 && len(queue[k]) > 0 {
-			holder[k] = popFirst(&queue[k])
-			s.after(cfg.hand, news, holder[k])
-		}
-	}
-	for {
-		e, ok := s.next(cfg.length)
-		if !ok {
-			return s.outcome()
-		}
+	return s.run(func(e event) {
 		switch e.kind {
 		case ask:
 			for _, k := range pair(e.w) {
 				queue[k] = append(queue[k], e)
-				grant(k)
+				s.handFirst(&holder, &queue, k)
 			}
 		case news: // a key reached e.w
 			if got[e.w]++; got[e.w] == 2 {
@@ -246,11 +257,11 @@ func fifo(cfg config) outcome {
 			got[e.w] = 0
 			for _, k := range pair(e.w) {
 				holder[k] = -1
-				grant(k)
+				s.handFirst(&holder, &queue, k)
 			}
 			s.released(e.w)
 		}
-	}
+	})
 }
 
 // handoff simulates ObtainAll's discipline (multi.go, multi_obtain.lua):
@@ -305,11 +316,7 @@ func handoff(cfg config) outcome {
 			}
 		}
 	}
-	for {
-		e, ok := s.next(cfg.length)
-		if !ok {
-			return s.outcome()
-		}
+	return s.run(func(e event) {
 		switch e.kind {
 		case ask:
 			attempt(e.w)
@@ -319,14 +326,11 @@ func handoff(cfg config) outcome {
 			holding[e.w] = false
 			for _, k := range pair(e.w) {
 				holder[k] = -1
-				if len(queue[k]) > 0 {
-					holder[k] = popFirst(&queue[k])
-					s.after(cfg.hand, news, holder[k])
-				}
+				s.handFirst(&holder, &queue, k)
 			}
 			s.released(e.w)
 		}
-	}
+	})
 }
 
 // poll simulates callers that take both keys when both are free, and
@@ -334,18 +338,14 @@ func handoff(cfg config) outcome {
 func poll(cfg config) outcome {
 	s := newSim(cfg)
 	held := [keys]bool{}
-	for {
-		e, ok := s.next(cfg.length)
-		if !ok {
-			return s.outcome()
-		}
+	return s.run(func(e event) {
 		p := pair(e.w)
 		switch e.kind {
 		case ask:
 			if !held[p[0]] && !held[p[1]] {
 				held[p[0]], held[p[1]] = true, true
 				s.won(e.w, cfg.rtt/2+cfg.hold)
-				continue
+				return
 			}
 			pause := time.Duration(float64(cfg.retry) * (0.5 + s.r.Float64()))
 			s.at(event{at: s.now + jittered(cfg, s.r, cfg.rtt) + pause, kind: ask, w: e.w})
@@ -353,5 +353,5 @@ func poll(cfg config) outcome {
 			held[p[0]], held[p[1]] = false, false
 			s.released(e.w)
 		}
-	}
+	})
 }
