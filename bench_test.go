@@ -28,8 +28,11 @@ var rawRelease = redis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then 
 // releases it with the compare-and-delete script.
 func rawCycle(ctx context.Context, c *redis.Client, key string) error {
 	token := uuid.NewString()
-	if ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result(); err != nil || !ok {
-		return fmt.Errorf("SET NX %s = %v, %w", key, ok, err)
+	switch ok, err := c.SetNX(ctx, key, token, 10*time.Second).Result(); {
+	case err != nil:
+		return fmt.Errorf("SET NX %s: %w", key, err)
+	case !ok:
+		return fmt.Errorf("SET NX %s: the key is taken", key)
 	}
 	return rawRelease.Run(ctx, c, []string{key}, token).Err()
 }
