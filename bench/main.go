@@ -41,6 +41,7 @@ type options struct {
 	pin             bool
 	libs, scenarios string
 	pings, rounds   int
+	noDeadline      bool
 }
 
 func main() { os.Exit(run()) }
@@ -58,6 +59,7 @@ func run() int {
 	flag.StringVar(&o.libs, "libs", "", "comma-separated substrings: run only the libraries whose names contain one (the raw baseline always runs)")
 	flag.StringVar(&o.scenarios, "scenarios", "", "comma-separated scenario ids to run: serial, parallel, contended16, contended256, sem16n1, sem16n4, sem256n1, sem256n4, rw16, rw256, set2, set16")
 	flag.IntVar(&o.pings, "pings", 2000, "PINGs for the loopback RTT")
+	flag.BoolVar(&o.noDeadline, "no-deadline", false, "the uncontended scenarios (serial, parallel) call without a deadline (context.Background()); by default every call's deadline is the end of its measured window")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.IntVar(&o.rounds, "rounds", 1, "split each measurement into this many rounds, the libraries taking turns, so that a noisy neighbour hurts all of them alike")
 	flag.Parse()
@@ -161,7 +163,7 @@ func run() int {
 	}
 	printHeader(ctx, &o, pin, deps, skipped, rtt, slices.Concat(libs, semRows, rwRows, setRows))
 
-	b := &bench{deployments: deps, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold}
+	b := &bench{deployments: deps, warmup: o.warmup, measure: o.measure / time.Duration(o.rounds), hold: o.hold, noDeadline: o.noDeadline}
 	failed := false
 	for _, sc := range scs {
 		rows := libs
@@ -243,6 +245,11 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	fmt.Printf("- loopback RTT: %s (median of %d PINGs through go-redis)\n", fmtDur(rtt), o.pings)
 	fmt.Printf("- each library runs %v measured (in %d round(s), each after %v of warm-up), one after the other, FLUSHALL in between; contended holders sleep %v in the lock or permit\n",
 		o.measure, o.rounds, o.warmup, o.hold)
+	if o.noDeadline {
+		fmt.Println("- calls: the uncontended scenarios' (serial, parallel) without a deadline (context.Background()), the others' with the end of the measured window as their deadline")
+	} else {
+		fmt.Println("- calls: every call with the end of its measured window as its deadline (a release with 15s more)")
+	}
 	fmt.Printf("- modules: %s\n", moduleVersions())
 	fmt.Println("- libraries and settings:")
 	for _, l := range libs {

@@ -58,6 +58,10 @@ func (sc scenario) rw() bool { return sc.reads > 0 }
 // sets reports whether sc is run by the set libraries.
 func (sc scenario) sets() bool { return sc.set > 0 }
 
+// cycles reports whether sc is an uncontended cycle of one lock (serial,
+// parallel): each call returns at once, and cycleWorker runs it.
+func (sc scenario) cycles() bool { return sc.lock() && !sc.contended }
+
 // lock reports whether sc is run by the lock libraries.
 func (sc scenario) lock() bool { return !sc.semaphore() && !sc.rw() && !sc.sets() }
 
@@ -71,6 +75,10 @@ type bench struct {
 	warmup      time.Duration // run, unmeasured, before the window
 	measure     time.Duration // the measured window
 	hold        time.Duration // how long a contended worker holds the lock
+	// noDeadline makes the uncontended cycles (serial, parallel) call
+	// with context.Background(), as a caller without a deadline does; by
+	// default every call has the window's end as its deadline.
+	noDeadline bool
 }
 
 // A tally is what the workers count in the measured window. A result
@@ -224,6 +232,11 @@ func (b *bench) run(ctx context.Context, sc scenario, l lib) *result {
 	// Releases must not fail because the window ended.
 	releaseCtx, cancelRelease := context.WithDeadline(context.WithoutCancel(ctx), w.end.Add(stopGrace))
 	defer cancelRelease()
+	if b.noDeadline && sc.cycles() {
+		// An uncontended call returns at once: the cycle loop ends at the
+		// window's end by itself.
+		obtainCtx, releaseCtx = context.Background(), context.Background()
+	}
 
 	stats := make([]workerStats, sc.workers)
 	c := &contention{base: start, limit: int64(sc.limit())}
