@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -29,6 +30,17 @@ var binary string
 func TestMain(m *testing.M) {
 	// go-redis logs failed dials; some tests stop Redis on purpose.
 	redis.SetLogger(quietLogger{})
+	// Under nohup (SIGHUP) or in a shell's background job (SIGINT) the
+	// tests would inherit an ignored signal and pass it on to every
+	// locksmith they start, which then leaves it ignored (as it should):
+	// catch those here, so that the processes the tests start begin with
+	// each signal's default action, as from a terminal. A test that needs
+	// an ignored signal ignores it in the process it starts.
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(sig) {
+			signal.Notify(make(chan os.Signal, 1), sig)
+		}
+	}
 	dir, err := os.MkdirTemp("", "locksmith-cmd-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -89,6 +101,13 @@ type proc struct {
 // process is killed, if still running, when the test ends.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startProgram(t, env, append([]string{binary}, args...)...)
+}
+
+// startProgram is start for any program: argv[0] is its path, the rest
+// its arguments (a shell that sets up a process and execs locksmith, say).
+func startProgram(t *testing.T, env []string, argv ...string) *proc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &proc{
 		stdout: filepath.Join(dir, "stdout"),
@@ -107,7 +126,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	defer stderr.Close()
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	// The race detector sleeps a second before exiting unless told not to.
 	p.cmd.Env = append(environWithout("REDIS_URL"), "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
 	p.cmd.Env = append(p.cmd.Env, env...)

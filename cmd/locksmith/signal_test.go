@@ -48,6 +48,41 @@ func TestRunForwardsSignals(t *testing.T) {
 	}
 }
 
+// A signal ignored when locksmith started (nohup ignores SIGHUP) stays
+// ignored: run neither dies of it nor passes it on, and passes on the
+// others.
+func TestRunLeavesIgnoredSignalsIgnored(t *testing.T) {
+	t.Parallel()
+	url, client := shared(t)
+	key, dir := uniqueKey(t), t.TempDir()
+	// The shell ignores SIGHUP, then becomes locksmith, as nohup does.
+	args := append([]string{"sh", "-c", `trap '' HUP; exec "$0" "$@"`, binary, "run", "--redis", url, "--key", key, "--"},
+		script(dir, `on() { echo "$1" >> "$dir/got"; }
+			dir=$1
+			trap 'on INT' INT; trap 'on TERM' TERM; trap 'on HUP' HUP
+			touch "$dir/started"
+			while [ ! -e "$dir/proceed" ]; do sleep 0.05; done
+			exit 42`)...)
+	p := startProgram(t, nil, args...)
+	eventually(t, 20*time.Second, func() bool { return exists(dir + "/started") }, "the command did not start")
+	// SIGHUP first, then SIGTERM, which is passed on: had SIGHUP been
+	// passed on too, the command would have noted it first.
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM} {
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, func() bool { return exists(dir + "/got") }, "the command got no signal")
+	if got := strings.TrimSpace(readFile(t, dir+"/got")); got != "TERM" {
+		t.Errorf("the command got %q, want only TERM", got)
+	}
+	if n := client.Exists(t.Context(), "locksmith:"+key).Val(); n != 1 {
+		t.Error("the lock was released while the command was still running")
+	}
+	touch(t, dir+"/proceed")
+	p.expect(t, 42)
+}
+
 func signalName(sig syscall.Signal) string {
 	switch sig {
 	case syscall.SIGINT:
