@@ -248,7 +248,7 @@ func printHeader(ctx context.Context, o *options, pin pinning, deps deployments,
 	if o.noDeadline {
 		fmt.Println("- calls: the uncontended scenarios' (serial, parallel) without a deadline (context.Background()), the others' with the end of the measured window as their deadline")
 	} else {
-		fmt.Println("- calls: every call with the end of its measured window as its deadline (a release with 15s more)")
+		fmt.Printf("- calls: every call with the end of its measured window as its deadline (a release's %v later)\n", stopGrace)
 	}
 	fmt.Printf("- modules: %s\n", moduleVersions())
 	fmt.Println("- libraries and settings:")
