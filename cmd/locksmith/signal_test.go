@@ -12,8 +12,8 @@ import (
 	"github.com/locksmith-go/locksmith/internal/redistest"
 )
 
-// SIGINT and SIGTERM sent to locksmith go to the command, and the lock is
-// held until the command has exited.
+// SIGINT, SIGTERM and SIGHUP sent to locksmith go to the command, and the
+// lock is held until the command has exited.
 func TestRunForwardsSignals(t *testing.T) {
 	t.Parallel()
 	url, client := shared(t)
@@ -21,19 +21,12 @@ func TestRunForwardsSignals(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
 			key, dir := uniqueKey(t), t.TempDir()
-			p := start(t, nil, append([]string{"run", "--redis", url, "--key", key, "--"},
-				script(dir, `on() { echo "$1" > "$dir/got"; }
-					dir=$1
-					trap 'on INT' INT; trap 'on TERM' TERM; trap 'on HUP' HUP
-					touch "$dir/started"
-					while [ ! -e "$dir/proceed" ]; do sleep 0.05; done
-					exit 42`)...)...)
+			p := start(t, nil, append([]string{"run", "--redis", url, "--key", key, "--"}, trapping(dir)...)...)
 			eventually(t, 20*time.Second, func() bool { return exists(dir + "/started") }, "the command did not start")
 			if err := p.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 20*time.Second, func() bool { return exists(dir + "/got") }, "the command got no signal")
-			if got, want := strings.TrimSpace(readFile(t, dir+"/got")), strings.TrimPrefix(signalName(sig), "SIG"); got != want {
+			if got, want := trapped(t, dir), strings.TrimPrefix(signalName(sig), "SIG"); got != want {
 				t.Errorf("the command got SIG%s, want %s", got, signalName(sig))
 			}
 			if n := client.Exists(t.Context(), "locksmith:"+key).Val(); n != 1 {
@@ -56,14 +49,8 @@ func TestRunLeavesIgnoredSignalsIgnored(t *testing.T) {
 	url, client := shared(t)
 	key, dir := uniqueKey(t), t.TempDir()
 	// The shell ignores SIGHUP, then becomes locksmith, as nohup does.
-	args := append([]string{"sh", "-c", `trap '' HUP; exec "$0" "$@"`, binary, "run", "--redis", url, "--key", key, "--"},
-		script(dir, `on() { echo "$1" >> "$dir/got"; }
-			dir=$1
-			trap 'on INT' INT; trap 'on TERM' TERM; trap 'on HUP' HUP
-			touch "$dir/started"
-			while [ ! -e "$dir/proceed" ]; do sleep 0.05; done
-			exit 42`)...)
-	p := startProgram(t, nil, args...)
+	p := startProgram(t, nil, append([]string{"sh", "-c", `trap '' HUP; exec "$0" "$@"`,
+		binary, "run", "--redis", url, "--key", key, "--"}, trapping(dir)...)...)
 	eventually(t, 20*time.Second, func() bool { return exists(dir + "/started") }, "the command did not start")
 	// SIGHUP first, then SIGTERM, which is passed on: had SIGHUP been
 	// passed on too, the command would have noted it first.
@@ -72,8 +59,7 @@ func TestRunLeavesIgnoredSignalsIgnored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, func() bool { return exists(dir + "/got") }, "the command got no signal")
-	if got := strings.TrimSpace(readFile(t, dir+"/got")); got != "TERM" {
+	if got := trapped(t, dir); got != "TERM" {
 		t.Errorf("the command got %q, want only TERM", got)
 	}
 	if n := client.Exists(t.Context(), "locksmith:"+key).Val(); n != 1 {
@@ -81,6 +67,29 @@ func TestRunLeavesIgnoredSignalsIgnored(t *testing.T) {
 	}
 	touch(t, dir+"/proceed")
 	p.expect(t, 42)
+}
+
+// trapping returns a command, for run, that notes in dir/got each of
+// SIGINT, SIGTERM and SIGHUP it gets (a line each, in the order it gets
+// them), touches dir/started once its traps are set, and exits 42 once
+// dir/proceed exists.
+func trapping(dir string) []string {
+	return script(dir, `on() { echo "$1" >> "$dir/got"; }
+		dir=$1
+		trap 'on INT' INT; trap 'on TERM' TERM; trap 'on HUP' HUP
+		touch "$dir/started"
+		while [ ! -e "$dir/proceed" ]; do sleep 0.05; done
+		exit 42`)
+}
+
+// trapped waits for the command of trapping to note a signal, and returns
+// what it has noted: the file exists before its first line is written, so
+// it waits for a whole line.
+func trapped(t *testing.T, dir string) string {
+	t.Helper()
+	eventually(t, 20*time.Second, func() bool { return strings.HasSuffix(readFile(t, dir+"/got"), "\n") },
+		"the command got no signal")
+	return strings.TrimSpace(readFile(t, dir+"/got"))
 }
 
 func signalName(sig syscall.Signal) string {
