@@ -4,6 +4,7 @@ package locksmith_test
 
 import (
 	"context"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -142,7 +143,11 @@ func TestLeaseEndsByDeadlineWhileReleaseHangs(t *testing.T) {
 	at := doneAt(lctx)
 	freeze(t, srv)
 	released := make(chan error, 1)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // (a test that failed early still waits for it)
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		released <- lk.Release(rctx)
