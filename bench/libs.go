@@ -77,6 +77,7 @@ func libraries(rawRetry time.Duration) []lib {
 		locksmithLib{},
 		locksmithPerCallLib{},
 		locksmithTryOnceLib{},
+		smithCommandsLib{},
 		locksmithWithLockLib{},
 		locksmithAutoLib{},
 		smithQuorumLib{},
