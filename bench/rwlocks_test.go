@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -15,22 +14,9 @@ import (
 // enters when they leave, writers exclude each other, a writer that gives
 // up withdraws its intent, and expired holds stop nobody.
 func TestRawRWLock(t *testing.T) {
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("no redis-server on PATH")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := startServer(ctx, path, -1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.stop()
-	d, err := newDeployment("test", []string{srv.url()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
+	d := privateDeployment(t)
 	lk, err := rawRWLib{retry: time.Millisecond}.newLocker(d)
 	if err != nil {
 		t.Fatal(err)

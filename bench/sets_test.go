@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +14,9 @@ import (
 // private redis-server: a set is taken whole or not at all, waits as its
 // row says, and releases only what it holds.
 func TestSetLockers(t *testing.T) {
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("no redis-server on PATH")
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	srv, err := startServer(ctx, path, -1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.stop()
-	d, err := newDeployment("test", []string{srv.url()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
+	d := privateDeployment(t)
 	admin := d.admins[0]
 	open := func(t *testing.T, l lib) setLocker {
 		t.Helper()

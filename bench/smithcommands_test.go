@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -20,22 +19,9 @@ import (
 // argument for argument but the token; it takes and frees the key; and a
 // taken key is not obtained.
 func TestSmithCommandsSendsLocksmithsCommands(t *testing.T) {
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("no redis-server on PATH")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := startServer(ctx, path, -1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.stop()
-	d, err := newDeployment("test", []string{srv.url()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
+	d := privateDeployment(t)
 	check := func(err error) {
 		t.Helper()
 		if err != nil {
