@@ -113,6 +113,7 @@ func (l *smithCommandsLocker) learn(ctx context.Context, key string) (learned, e
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.args = l.caught[key]
+	delete(l.caught, key) // kept in releases from here on
 	r.token = slices.Index(r.args, any(lk.Token()))
 	if r.token < 0 {
 		return learned{}, fmt.Errorf("learning the release of %q: no token in %v", key, r.args)
@@ -126,7 +127,8 @@ func (l *smithCommandsLocker) obtain(ctx context.Context, key string) (held, err
 	if err != nil {
 		return nil, err
 	}
-	// A token like locksmith's: a random UUID's text.
+	// A token made as locksmith's randomToken makes it (unexported): a
+	// random version 4 UUID's text, in one allocation.
 	var u uuid.UUID
 	_, _ = rand.Read(u[:]) // never fails on Linux
 	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80
